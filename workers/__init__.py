@@ -1,0 +1,1 @@
+"""eyas worker side: Celery tasks, stages, the process runner and host inspection."""

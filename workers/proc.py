@@ -255,3 +255,34 @@ def _group_alive(pgid: int) -> bool:
         except (ProcessLookupError, psutil.Error):
             continue
     return False
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    output: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a long-lived process (a service) in its own group; output goes to a file, or is inherited.
+
+    The caller ends it with terminate_group(popen.pid, popen=popen).
+    """
+    if not argv or any(not isinstance(a, str) for a in argv):
+        raise ValueError("argv must be a non-empty list of strings")
+    sink = output.open("ab") if output is not None else None
+    try:
+        return subprocess.Popen(  # noqa: S603 - argv list, no shell
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT if sink is not None else None,
+            env=dict(env) if env is not None else None,
+            cwd=str(cwd) if cwd is not None else None,
+            start_new_session=True,
+        )
+    except (FileNotFoundError, PermissionError) as exc:
+        raise CommandNotFound(f"cannot start {argv[0]!r}: {exc.strerror}") from exc
+    finally:
+        if sink is not None:
+            sink.close()

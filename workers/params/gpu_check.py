@@ -16,5 +16,4 @@ class GpuCheckParams(StageParams):
         700, ge=0, description="memory NVML reports used on an idle GPU (an H200 shows ~615 MiB)"
     )
     min_shm_free_mib: int = Field(1024, ge=0, description="fail when /dev/shm has less free space")
-    clean_own_orphans: bool = Field(False, description="kill leftover process groups eyas started")
     fail_if_dirty: bool = Field(True, description="fail the job when a GPU or /dev/shm is dirty")

@@ -1,0 +1,1 @@
+"""eyas API side: FastAPI app, models, domain services."""

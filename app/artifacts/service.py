@@ -1,0 +1,37 @@
+"""Artifacts (hidden-state sets, checkpoints, servers, reports) and their lineage. Services never commit."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.artifacts import repository
+from app.core.errors import AppError, ErrorCode
+from app.jobs import repository as jobs_repo
+from app.models.base import utcnow
+from app.models.server import Artifact
+
+
+def record_artifact(
+    session: Session, *, job_id: uuid.UUID, host: str | None, kind: str, path: str, meta: dict[str, Any]
+) -> Artifact:
+    """Record what a job produced; its parents are the artifacts of the jobs it depended on."""
+    parent_jobs = jobs_repo.dependency_ids(session, job_id)
+    parents = [str(a.id) for a in repository.for_jobs(session, parent_jobs)]
+    size = meta.get("bytes")
+    artifact = Artifact(
+        id=uuid.uuid4(), job_id=job_id, kind=kind[:64], host=host, path=path,
+        bytes=int(size) if isinstance(size, int | float) else None, meta=meta, parent_ids=parents,
+        created_at=utcnow(),
+    )
+    repository.add(session, artifact)
+    return artifact
+
+
+def get_artifact(session: Session, artifact_id: uuid.UUID) -> Artifact:
+    artifact = repository.get(session, artifact_id)
+    if artifact is None:
+        raise AppError(ErrorCode.NOT_FOUND, f"no artifact {artifact_id}")
+    return artifact

@@ -1,0 +1,72 @@
+"""Engine and sessions. One engine per process (created lazily, never inherited across fork)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.config import Settings, get_settings
+
+_engines: dict[tuple[int, str], Engine] = {}
+
+
+def get_engine(settings: Settings | None = None) -> Engine:
+    settings = settings or get_settings()
+    url = settings.resolved_database_url()
+    key = (os.getpid(), url)
+    engine = _engines.get(key)
+    if engine is None:
+        engine = _make_engine(url)
+        _engines[key] = engine
+    return engine
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_recycle=1800)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # WAL lets the API read while a worker writes; busy_timeout waits instead of failing on a lock.
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def dispose_engines() -> None:
+    for engine in _engines.values():
+        engine.dispose()
+    _engines.clear()
+
+
+def session_factory(settings: Settings | None = None) -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(settings), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(settings: Settings | None = None) -> Iterator[Session]:
+    """A short transaction: commit on success, roll back on error, always close."""
+    session = session_factory(settings)()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"

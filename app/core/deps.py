@@ -1,0 +1,74 @@
+"""Request-scoped dependencies: the database session and the authenticated principal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings, get_settings
+from app.core.db import session_factory
+from app.core.errors import AppError, ErrorCode
+from app.core.security import FailureLimiter, Principal, Scope
+from app.tokens import service as tokens
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One transaction per request: committed when the handler returns, rolled back if it raises."""
+    session = session_factory(request.app.state.settings)()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(settings_dep)]
+
+
+def require(scope: Scope) -> Callable[..., Principal]:
+    def _principal(request: Request, session: SessionDep) -> Principal:
+        limiter: FailureLimiter = request.app.state.auth_limiter
+        client = request.client.host if request.client else "?"
+        if limiter.blocked(client):
+            raise AppError(ErrorCode.RATE_LIMITED, "too many failed authentications; wait a minute")
+        secret = _bearer(request)
+        principal = tokens.authenticate(session, secret) if secret else None
+        if principal is None:
+            limiter.record_failure(client)
+            detail = "missing bearer token" if secret is None else "invalid or revoked token"
+            raise AppError(ErrorCode.UNAUTHENTICATED, detail)
+        if not principal.allows(scope):
+            raise AppError(ErrorCode.FORBIDDEN, f"this token lacks the '{scope.value}' scope")
+        return principal
+
+    _principal.required_scope = scope  # type: ignore[attr-defined]
+    return _principal
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip() or len(value) > 512:
+        return ""
+    return value.strip()
+
+
+ReadPrincipal = Annotated[Principal, Depends(require(Scope.READ))]
+SubmitPrincipal = Annotated[Principal, Depends(require(Scope.SUBMIT))]
+AdminPrincipal = Annotated[Principal, Depends(require(Scope.ADMIN))]
+
+__all__ = ["get_settings"]

@@ -1,0 +1,111 @@
+"""Typed errors rendered as application/problem+json with a stable `code`."""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger("eyas.api")
+PROBLEM_JSON = "application/problem+json"
+
+
+class ErrorCode(Enum):
+    """(code, HTTP status). Codes are part of the API: never rename one."""
+
+    UNAUTHENTICATED = ("UNAUTHENTICATED", 401)
+    FORBIDDEN = ("FORBIDDEN", 403)
+    NOT_FOUND = ("NOT_FOUND", 404)
+    VALIDATION_FAILED = ("VALIDATION_FAILED", 422)
+    UNKNOWN_KIND = ("UNKNOWN_KIND", 422)
+    INVALID_PARAMS = ("INVALID_PARAMS", 422)
+    PATH_NOT_ALLOWED = ("PATH_NOT_ALLOWED", 422)
+    INVALID_TRANSITION = ("INVALID_TRANSITION", 409)
+    IDEMPOTENCY_MISMATCH = ("IDEMPOTENCY_MISMATCH", 422)
+    IDEMPOTENCY_IN_FLIGHT = ("IDEMPOTENCY_IN_FLIGHT", 409)
+    NO_HOST_CAN_SATISFY = ("NO_HOST_CAN_SATISFY", 409)
+    UNKNOWN_DEPENDENCY = ("UNKNOWN_DEPENDENCY", 422)
+    BODY_TOO_LARGE = ("BODY_TOO_LARGE", 413)
+    RATE_LIMITED = ("RATE_LIMITED", 429)
+    DATABASE_UNAVAILABLE = ("DATABASE_UNAVAILABLE", 503)
+    NOT_READY = ("NOT_READY", 503)
+    INTERNAL = ("INTERNAL", 500)
+
+    @property
+    def code(self) -> str:
+        return self.value[0]
+
+    @property
+    def status(self) -> int:
+        return self.value[1]
+
+
+class AppError(Exception):
+    def __init__(self, code: ErrorCode, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+
+def problem(code: ErrorCode, detail: str, *, instance: str | None = None, **extra: Any) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": f"https://eyas.dev/problems/{code.code.lower().replace('_', '-')}",
+        "title": code.code.replace("_", " ").capitalize(),
+        "status": code.status,
+        "code": code.code,
+        "detail": detail,
+    }
+    if instance:
+        body["instance"] = instance
+    body.update(extra)
+    headers = {"WWW-Authenticate": "Bearer"} if code is ErrorCode.UNAUTHENTICATED else None
+    return JSONResponse(body, status_code=code.status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    errors = []
+    for err in exc.errors():
+        loc = [str(part) for part in err.get("loc", ())]
+        errors.append({"field": ".".join(loc), "message": err.get("msg", "invalid"), "type": err.get("type")})
+    return errors
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def _app_error(request: Request, exc: AppError) -> JSONResponse:
+        return problem(exc.code, exc.detail, instance=request.url.path, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _validation_errors(exc)
+        first = errors[0] if errors else {"field": "", "message": "invalid request"}
+        detail = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
+        return problem(ErrorCode.VALIDATION_FAILED, detail, instance=request.url.path, errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: ErrorCode.NOT_FOUND, 401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN}.get(
+            exc.status_code
+        )
+        if code is None:
+            body = {"status": exc.status_code, "code": f"HTTP_{exc.status_code}", "detail": str(exc.detail)}
+            return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_JSON)
+        return problem(code, str(exc.detail), instance=request.url.path)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(DBAPIError)
+    async def _db_down(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("database unavailable: %s", exc.__class__.__name__)
+        return problem(ErrorCode.DATABASE_UNAVAILABLE, "the database is unavailable; retry shortly")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s", request.url.path)
+        return problem(ErrorCode.INTERNAL, "internal error", instance=request.url.path)

@@ -1,0 +1,95 @@
+"""The API's side of Celery: a client app that sends tasks by name, only after the job's row is committed.
+
+`app` never imports `workers`: tasks are addressed by their names (TaskName) and queues by convention.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+from celery import Celery
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings, get_settings
+
+logger = logging.getLogger("eyas.queue")
+
+
+class TaskName(StrEnum):
+    RUN_JOB = "eyas.jobs.run"
+    MAINTENANCE = "eyas.control.maintenance"
+
+
+def host_queue(settings: Settings, host: str) -> str:
+    return f"{settings.queue_prefix}host.{host}"
+
+
+def control_queue(settings: Settings) -> str:
+    return f"{settings.queue_prefix}control"
+
+
+def make_celery(settings: Settings, name: str = "eyas") -> Celery:
+    app = Celery(name, broker=settings.resolved_broker_url())
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        broker_transport_options={"visibility_timeout": 3600} if settings.broker_url else {},
+        task_default_queue=control_queue(settings),
+        worker_hijack_root_logger=False,
+        broker_pool_limit=10,
+    )
+    return app
+
+
+_clients: dict[tuple[str, str], Celery] = {}
+
+
+def client(settings: Settings | None = None) -> Celery:
+    """The sending app for these settings (one per broker URL and queue prefix, made once)."""
+    settings = settings or get_settings()
+    key = (settings.resolved_broker_url(), settings.queue_prefix)
+    app = _clients.get(key)
+    if app is None:
+        app = _clients[key] = make_celery(settings, name="eyas-client")
+    return app
+
+
+def send_job(settings: Settings, job_id: str, host: str) -> bool:
+    """Send a run message; False when the broker is unreachable (the reconciler sends it later)."""
+    try:
+        client(settings).send_task(
+            TaskName.RUN_JOB,
+            kwargs={"job_id": job_id},
+            queue=host_queue(settings, host),
+            expires=settings.task_expires_s,
+            retry=False,
+        )
+        return True
+    except Exception as exc:  # any broker failure: the database stays the record
+        logger.warning("could not send job %s to %s: %s", job_id, host, exc)
+        return False
+
+
+def enqueue_after_commit(session: Session, settings: Settings, job_id: str, host: str) -> None:
+    """Send the job's message once the surrounding transaction commits; a rollback drops it."""
+
+    def _send(_session: Session) -> None:
+        send_job(settings, job_id, host)
+
+    event.listen(session, "after_commit", _send, once=True)
+
+
+def broker_reachable(settings: Settings) -> tuple[bool, str]:
+    try:
+        with client(settings).connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True, "ok"
+    except Exception as exc:
+        return False, str(exc)

@@ -1,0 +1,197 @@
+"""Jobs as workers and the maintenance loop see them: claim, run, heartbeat, finish, reap, re-dispatch.
+
+Each function runs inside a short transaction the caller owns; none commits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.core.queue import enqueue_after_commit, send_job
+from app.hosts import service as hosts_service
+from app.jobs import repository
+from app.jobs.states import TERMINAL, JobState, TransitionConflict, transition
+from app.models.base import utcnow
+from app.models.job import Job
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """What a worker needs to run a job; a plain value, never an ORM object across sessions."""
+
+    id: uuid.UUID
+    kind: str
+    params: dict[str, Any]
+    host: str
+    gpus_requested: int
+    timeout_s: float | None
+    attempt: int
+
+
+def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> ClaimedJob | None:
+    """queued → starting, atomically. None when the job is not ours to run (duplicate delivery, cancelled…)."""
+    job = repository.get(session, job_id)
+    if job is None or job.state != JobState.QUEUED or job.host != host:
+        return None
+    try:
+        transition(
+            session,
+            job,
+            JobState.STARTING,
+            extra={"worker": worker, "attempt": job.attempt + 1, "heartbeat_at": utcnow()},
+        )
+    except TransitionConflict:
+        return None
+    return ClaimedJob(job.id, job.kind, dict(job.params), host, job.gpus_requested, job.timeout_s, job.attempt)
+
+
+def lease_gpus(session: Session, *, job_id: uuid.UUID, host: str, count: int) -> list[int] | None:
+    indices = hosts_service.try_acquire_gpus(session, host=host, count=count, job_id=job_id)
+    if indices is not None:
+        job = repository.get(session, job_id)
+        assert job is not None
+        job.gpu_indices = indices
+    return indices
+
+
+def requeue(session: Session, *, job_id: uuid.UUID, message: str) -> None:
+    """starting → queued (e.g. its GPUs are busy); the reconciler sends it again later."""
+    job = repository.get(session, job_id)
+    if job is None or job.state != JobState.STARTING:
+        return
+    transition(session, job, JobState.QUEUED, reason="REQUEUED", message=message,
+               extra={"attempt": max(0, job.attempt - 1), "dispatched_at": utcnow()})
+
+
+def mark_running(session: Session, *, job_id: uuid.UUID, pid: int, pgid: int, create_time: float) -> bool:
+    job = repository.get(session, job_id)
+    if job is None:
+        return False
+    job.pid, job.pgid, job.proc_create_time, job.proc_reaped = pid, pgid, create_time, False
+    if job.state == JobState.STARTING:
+        transition(session, job, JobState.RUNNING)
+    return True
+
+
+def heartbeat(session: Session, *, job_id: uuid.UUID) -> bool:
+    """Returns True when cancel was requested (the worker then ends the job's process group)."""
+    found = repository.touch_heartbeat(session, job_id, utcnow())
+    if found is None:
+        return True
+    state, cancel_requested_at = found
+    return state == JobState.CANCELLING or cancel_requested_at is not None or state in TERMINAL
+
+
+def record_progress(session: Session, *, job_id: uuid.UUID, fraction: float, message: str) -> None:
+    job = repository.get(session, job_id)
+    if job is not None and job.state not in TERMINAL:
+        job.progress, job.progress_message = fraction, message[:512]
+
+
+def record_metrics(session: Session, *, job_id: uuid.UUID, rows: list[tuple[str, int, float]]) -> None:
+    repository.add_metrics(session, job_id, rows)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: JobState
+    reason: str
+    message: str | None = None
+    exit_code: int | None = None
+    result: dict[str, Any] | None = None
+
+
+def finish(session: Session, settings: Settings, *, job_id: uuid.UUID, outcome: Outcome) -> None:
+    """Record how the job ended, release its GPUs, then start or fail the jobs that wait on it."""
+    job = repository.get(session, job_id)
+    if job is None:
+        return
+    hosts_service.release_gpus(session, job_id)
+    if job.state in TERMINAL:
+        return
+    job.exit_code = outcome.exit_code
+    job.result = outcome.result
+    if outcome.state == JobState.SUCCEEDED:
+        job.progress = 1.0
+    transition(session, job, outcome.state, reason=outcome.reason, message=outcome.message)
+    settle_dependents(session, settings, job)
+
+
+def settle_dependents(session: Session, settings: Settings, job: Job) -> None:
+    for dependent in repository.pending_dependents(session, job.id):
+        if job.state != JobState.SUCCEEDED:
+            transition(
+                session, dependent, JobState.FAILED, reason="DEPENDENCY_FAILED",
+                message=f"dependency {job.id} ended {job.state} ({job.termination_reason})",
+            )
+            settle_dependents(session, settings, dependent)
+            continue
+        deps = repository.get_many(session, repository.dependency_ids(session, dependent.id))
+        if all(d.state == JobState.SUCCEEDED for d in deps):
+            transition(session, dependent, JobState.QUEUED, extra={"dispatched_at": utcnow(), "dispatch_count": 1})
+            assert dependent.host is not None
+            enqueue_after_commit(session, settings, str(dependent.id), dependent.host)
+
+
+def reap_lost(session: Session, settings: Settings, *, now: datetime | None = None) -> list[uuid.UUID]:
+    """Active jobs whose heartbeat stopped: WORKER_LOST (or queued again while attempts remain)."""
+    now = now or utcnow()
+    lost = []
+    for job in repository.stale_active(session, now - timedelta(seconds=settings.lost_after_s)):
+        hosts_service.release_gpus(session, job.id)
+        message = f"no heartbeat from worker {job.worker} since {job.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}"
+        try:
+            if job.attempt < job.max_attempts and job.state != JobState.CANCELLING:
+                transition(session, job, JobState.QUEUED, reason="WORKER_LOST", message=message + "; retrying",
+                           extra={"dispatched_at": now, "gpu_indices": None})
+                assert job.host is not None
+                enqueue_after_commit(session, settings, str(job.id), job.host)
+            else:
+                transition(session, job, JobState.FAILED, reason="WORKER_LOST", message=message)
+                settle_dependents(session, settings, job)
+        except TransitionConflict:
+            continue
+        lost.append(job.id)
+    return lost
+
+
+def redispatch(session: Session, settings: Settings, *, now: datetime | None = None) -> int:
+    """Send again queued jobs nobody claimed (the broker lost the message or was down): the DB is the record."""
+    now = now or utcnow()
+    sent = 0
+    for job in repository.undispatched(session, now - timedelta(seconds=settings.redispatch_after_s)):
+        assert job.host is not None
+        if send_job(settings, str(job.id), job.host):
+            repository.mark_dispatched(session, job.id, now)
+            sent += 1
+    return sent
+
+
+def orphans(session: Session, *, host: str) -> list[tuple[uuid.UUID, int, float | None, str]]:
+    """(job id, pgid, process create time, state) of processes this host's worker started and may have left."""
+    return [(j.id, j.pgid, j.proc_create_time, j.state) for j in repository.orphan_candidates(session, host)
+            if j.pgid is not None]
+
+
+def mark_reaped(session: Session, *, job_id: uuid.UUID) -> None:
+    job = repository.get(session, job_id)
+    if job is not None:
+        job.proc_reaped = True
+
+
+def fail_orphaned(session: Session, settings: Settings, *, job_id: uuid.UUID, message: str) -> None:
+    job = repository.get(session, job_id)
+    if job is None or job.state in TERMINAL:
+        return
+    hosts_service.release_gpus(session, job_id)
+    try:
+        transition(session, job, JobState.FAILED, reason="WORKER_LOST", message=message)
+    except TransitionConflict:
+        return
+    settle_dependents(session, settings, job)

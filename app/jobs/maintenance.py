@@ -1,0 +1,60 @@
+"""Housekeeping that keeps the database the record: reap lost jobs, re-send unclaimed ones, expire old logs.
+
+Every step is a conditional update, so the API and any number of workers may run it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.jobs import lifecycle
+from app.logs import repository as logs_repo
+from app.models.base import utcnow
+from app.servers import service as servers
+
+logger = logging.getLogger("eyas.maintenance")
+_RETENTION_EVERY_S = 600.0
+
+
+def tick(settings: Settings) -> dict[str, int]:
+    with session_scope(settings) as session:
+        lost = lifecycle.reap_lost(session, settings)
+        for job_id in lost:
+            servers.end_server_of_job(session, job_id=job_id, state="failed", message="its worker was lost")
+    with session_scope(settings) as session:
+        sent = lifecycle.redispatch(session, settings)
+    return {"lost": len(lost), "redispatched": sent}
+
+
+def expire_logs(settings: Settings) -> int:
+    with session_scope(settings) as session:
+        cutoff = utcnow() - timedelta(days=settings.log_retention_days)
+        return logs_repo.delete_for_jobs_finished_before(session, cutoff)
+
+
+class MaintenanceLoop(threading.Thread):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(name="eyas-maintenance", daemon=True)
+        self.settings = settings
+        self._stop = threading.Event()
+        self._last_retention = 0.0
+
+    def run(self) -> None:
+        while not self._stop.wait(self.settings.maintenance_interval_s):
+            try:
+                done = tick(self.settings)
+                if any(done.values()):
+                    logger.info("maintenance: %s", done)
+                if time.monotonic() - self._last_retention > _RETENTION_EVERY_S:
+                    self._last_retention = time.monotonic()
+                    expire_logs(self.settings)
+            except Exception as exc:  # database or broker down: try again next tick
+                logger.warning("maintenance tick failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()

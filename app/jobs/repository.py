@@ -1,0 +1,153 @@
+"""All SQL about jobs, their events, dependencies, idempotency keys and metrics."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.jobs.states import ACTIVE, JobState
+from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
+
+
+def get(session: Session, job_id: uuid.UUID) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def get_many(session: Session, job_ids: Sequence[uuid.UUID]) -> list[Job]:
+    if not job_ids:
+        return []
+    return list(session.scalars(select(Job).where(Job.id.in_(job_ids))))
+
+
+def add(session: Session, job: Job) -> None:
+    session.add(job)
+
+
+def page(
+    session: Session,
+    *,
+    kind: str | None,
+    state: str | None,
+    host: str | None,
+    pipeline_id: uuid.UUID | None,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[Job]:
+    """Newest first; `after` is the (created_at, id) of the last row of the previous page."""
+    query = select(Job)
+    if kind:
+        query = query.where(Job.kind == kind)
+    if state:
+        query = query.where(Job.state == state)
+    if host:
+        query = query.where(Job.host == host)
+    if pipeline_id:
+        query = query.where(Job.pipeline_id == pipeline_id)
+    if after is not None:
+        created_at, last_id = after
+        query = query.where(
+            or_(Job.created_at < created_at, and_(Job.created_at == created_at, Job.id < last_id))
+        )
+    query = query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
+    return list(session.scalars(query))
+
+
+def events(session: Session, job_id: uuid.UUID) -> list[JobEvent]:
+    return list(session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
+
+
+def add_dependencies(session: Session, job_id: uuid.UUID, depends_on: Sequence[uuid.UUID]) -> None:
+    for dep in depends_on:
+        session.add(JobDependency(job_id=job_id, depends_on_id=dep))
+
+
+def dependency_ids(session: Session, job_id: uuid.UUID) -> list[uuid.UUID]:
+    query = select(JobDependency.depends_on_id).where(JobDependency.job_id == job_id)
+    return list(session.scalars(query))
+
+
+def pending_dependents(session: Session, job_id: uuid.UUID) -> list[Job]:
+    query = (
+        select(Job)
+        .join(JobDependency, JobDependency.job_id == Job.id)
+        .where(JobDependency.depends_on_id == job_id, Job.state == JobState.PENDING)
+    )
+    return list(session.scalars(query))
+
+
+def stale_active(session: Session, heartbeat_before: datetime) -> list[Job]:
+    query = select(Job).where(Job.state.in_([s.value for s in ACTIVE]), Job.heartbeat_at < heartbeat_before)
+    return list(session.scalars(query))
+
+
+def undispatched(session: Session, dispatched_before: datetime, limit: int = 500) -> list[Job]:
+    query = (
+        select(Job)
+        .where(
+            Job.state == JobState.QUEUED,
+            or_(Job.dispatched_at.is_(None), Job.dispatched_at < dispatched_before),
+        )
+        .order_by(Job.created_at)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def mark_dispatched(session: Session, job_id: uuid.UUID, at: datetime) -> None:
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(dispatched_at=at, dispatch_count=Job.dispatch_count + 1)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def touch_heartbeat(session: Session, job_id: uuid.UUID, at: datetime) -> tuple[str, datetime | None] | None:
+    """Record a heartbeat on an active job; returns (state, cancel_requested_at) or None if not active."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state.in_([s.value for s in ACTIVE]))
+        .values(heartbeat_at=at)
+        .execution_options(synchronize_session=False)
+    )
+    row = session.execute(select(Job.state, Job.cancel_requested_at).where(Job.id == job_id)).one_or_none()
+    return (row[0], row[1]) if row else None
+
+
+def orphan_candidates(session: Session, host: str) -> list[Job]:
+    """Jobs of this host whose process group eyas recorded and has not yet confirmed gone."""
+    query = select(Job).where(Job.host == host, Job.pgid.is_not(None), Job.proc_reaped.is_(False))
+    return list(session.scalars(query))
+
+
+def idempotency_get(session: Session, principal: str, key: str) -> IdempotencyKey | None:
+    return session.get(IdempotencyKey, (principal, key))
+
+
+def idempotency_add(session: Session, principal: str, key: str, body_hash: str, job_id: uuid.UUID) -> None:
+    session.add(IdempotencyKey(principal=principal, key=key, body_hash=body_hash, job_id=job_id))
+
+
+def add_metrics(session: Session, job_id: uuid.UUID, rows: Sequence[tuple[str, int, float]]) -> None:
+    session.add_all(JobMetric(job_id=job_id, name=n, step=s, value=v) for n, s, v in rows)
+
+
+def metrics(
+    session: Session, job_id: uuid.UUID, *, name: str | None, since_step: int | None, limit: int
+) -> list[JobMetric]:
+    query = select(JobMetric).where(JobMetric.job_id == job_id)
+    if name:
+        query = query.where(JobMetric.name == name)
+    if since_step is not None:
+        query = query.where(JobMetric.step > since_step)
+    return list(session.scalars(query.order_by(JobMetric.step, JobMetric.id).limit(limit)))
+
+
+def count_by_kind_state(session: Session) -> list[tuple[str, str, int]]:
+    query = select(Job.kind, Job.state, func.count()).group_by(Job.kind, Job.state)
+    return [(k, s, int(c)) for k, s, c in session.execute(query)]
+

@@ -1,0 +1,121 @@
+"""/v1/jobs: submit, read, list, cancel, wait, events, metrics. Thin: parse, one service call, return."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+
+from app.core.db import session_scope
+from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
+from app.jobs import service
+from app.jobs.repository import metrics as metrics_query
+from app.jobs.schemas import JobCreate, JobEventRead, JobPage, JobRead, MetricRead
+from app.jobs.states import JobState
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+MAX_WAIT_S = 600.0
+
+IdempotencyKey = Annotated[str | None, Header(max_length=255, pattern=r"^[\x21-\x7e]+$")]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobRead)
+def submit_job(
+    body: JobCreate,
+    response: Response,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: SubmitPrincipal,
+    idempotency_key: IdempotencyKey = None,
+) -> JobRead:
+    """Submit a job; params are validated by the stage's model now, not on the host later."""
+    job, created = service.submit_job(
+        session, settings, spec=body, principal=principal, idempotency_key=idempotency_key
+    )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return JobRead.of(job)
+
+
+@router.get("", response_model=JobPage)
+def list_jobs(
+    session: SessionDep,
+    _: ReadPrincipal,
+    kind: Annotated[str | None, Query(max_length=32)] = None,
+    state: JobState | None = None,
+    host: Annotated[str | None, Query(max_length=128)] = None,
+    pipeline_id: uuid.UUID | None = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> JobPage:
+    """List jobs, newest first, with cursor pagination."""
+    rows, next_cursor = service.list_jobs(
+        session, kind=kind, state=state, host=host, pipeline_id=pipeline_id, cursor=cursor, limit=limit
+    )
+    return JobPage(items=[JobRead.of(j) for j in rows], next_cursor=next_cursor)
+
+
+@router.get("/{job_id}", response_model=JobRead, responses={304: {"description": "not modified"}})
+def get_job(job_id: uuid.UUID, request: Request, response: Response, session: SessionDep, _: ReadPrincipal) -> JobRead | Response:
+    """One job; supports ETag / If-None-Match."""
+    job = service.get_job(session, job_id)
+    etag = f'W/"{job.id}-{job.version}-{int((job.progress or 0) * 1000)}"'
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+    response.headers["ETag"] = etag
+    return JobRead.of(job)
+
+
+@router.post("/{job_id}/cancel", response_model=JobRead, status_code=status.HTTP_202_ACCEPTED)
+def cancel_job(job_id: uuid.UUID, session: SessionDep, _: SubmitPrincipal) -> JobRead:
+    """Request cancel: queued jobs end now, running ones are ended by their worker."""
+    return JobRead.of(service.request_cancel(session, job_id=job_id))
+
+
+@router.get("/{job_id}/wait", response_model=JobRead)
+async def wait_job(
+    job_id: uuid.UUID,
+    request: Request,
+    _: ReadPrincipal,
+    timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 60.0,
+) -> JobRead:
+    """Block until the job is terminal or `timeout` seconds pass; check `terminal` in the answer."""
+    settings = request.app.state.settings
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        job = await run_in_threadpool(_read_job, settings, job_id)
+        if job.terminal or time.monotonic() >= deadline or await request.is_disconnected():
+            return job
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, 1.0)
+
+
+@router.get("/{job_id}/events", response_model=list[JobEventRead])
+def job_events(job_id: uuid.UUID, session: SessionDep, _: ReadPrincipal) -> list[JobEventRead]:
+    """The job's state history."""
+    return [JobEventRead.model_validate(e) for e in service.job_events(session, job_id)]
+
+
+@router.get("/{job_id}/metrics", response_model=list[MetricRead])
+def job_metrics(
+    job_id: uuid.UUID,
+    session: SessionDep,
+    _: ReadPrincipal,
+    name: Annotated[str | None, Query(max_length=128)] = None,
+    since_step: Annotated[int | None, Query(ge=-1)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 5000,
+) -> list[MetricRead]:
+    """Metrics the job reported (loss, accuracy per position, throughput…), by step."""
+    service.get_job(session, job_id)
+    rows = metrics_query(session, job_id, name=name, since_step=since_step, limit=limit)
+    return [MetricRead.model_validate(m) for m in rows]
+
+
+def _read_job(settings: object, job_id: uuid.UUID) -> JobRead:
+    with session_scope(settings) as session:  # type: ignore[arg-type]
+        return JobRead.of(service.get_job(session, job_id))

@@ -1,0 +1,224 @@
+"""Jobs as the API sees them: submit (validated, idempotent), read, list, cancel. Services never commit."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.core.errors import AppError, ErrorCode
+from app.core.queue import enqueue_after_commit
+from app.core.security import Principal
+from app.hosts import repository as hosts_repo
+from app.hosts import service as hosts_service
+from app.jobs import repository
+from app.jobs.schemas import JobCreate
+from app.jobs.states import TERMINAL, JobState, transition
+from app.models.base import utcnow
+from app.models.job import Job, JobEvent
+from workers.params import STAGE_SPECS, available_kinds
+from workers.params.common import StageParams
+
+
+def submit_job(
+    session: Session,
+    settings: Settings,
+    *,
+    spec: JobCreate,
+    principal: Principal,
+    idempotency_key: str | None = None,
+    pipeline_id: uuid.UUID | None = None,
+) -> tuple[Job, bool]:
+    """Create a job (or return the one an idempotency key already made). Returns (job, created)."""
+    body_hash = _body_hash(spec)
+    if idempotency_key is not None:
+        existing = _replayed(session, principal, idempotency_key, body_hash)
+        if existing is not None:
+            return existing, False
+    params = validate_params(spec.kind, spec.params)
+    gpus = spec.gpus if spec.gpus is not None else (1 if params.needs_gpus() else 0)
+    host = hosts_service.place(session, settings, gpus=gpus, host=spec.host)
+    _check_paths_allowed(session, host, params)
+    deps = _checked_dependencies(session, spec.depends_on)
+    job = _new_job(spec, params, host=host, gpus=gpus, principal=principal, pipeline_id=pipeline_id)
+    job.state = JobState.QUEUED if all(d.state == JobState.SUCCEEDED for d in deps) else JobState.PENDING
+    repository.add(session, job)
+    session.flush()
+    repository.add_dependencies(session, job.id, [d.id for d in deps])
+    session.add(JobEvent(job_id=job.id, from_state=None, to_state=job.state, reason="SUBMITTED"))
+    if idempotency_key is not None:
+        _remember_key(session, principal, idempotency_key, body_hash, job)
+    if job.state == JobState.QUEUED:
+        job.queued_at = job.dispatched_at = utcnow()
+        job.dispatch_count = 1
+        enqueue_after_commit(session, settings, str(job.id), host)
+    return job, True
+
+
+def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
+    if kind not in STAGE_SPECS or kind not in available_kinds():
+        raise AppError(
+            ErrorCode.UNKNOWN_KIND,
+            f"unknown job kind {kind!r}; known kinds: {', '.join(available_kinds())}",
+            errors=[{"field": "kind", "message": "unknown kind"}],
+        )
+    try:
+        return STAGE_SPECS[kind].params_model().model_validate(raw)
+    except ValidationError as exc:
+        errors = [
+            {"field": ".".join(["params", *map(str, e["loc"])]), "message": e["msg"], "type": e["type"]}
+            for e in exc.errors()
+        ]
+        first = errors[0]
+        raise AppError(ErrorCode.INVALID_PARAMS, f"{first['field']}: {first['message']}", errors=errors) from None
+
+
+def get_job(session: Session, job_id: uuid.UUID) -> Job:
+    job = repository.get(session, job_id)
+    if job is None:
+        raise AppError(ErrorCode.NOT_FOUND, f"no job {job_id}")
+    return job
+
+
+def list_jobs(
+    session: Session,
+    *,
+    kind: str | None,
+    state: str | None,
+    host: str | None,
+    pipeline_id: uuid.UUID | None,
+    cursor: str | None,
+    limit: int,
+) -> tuple[list[Job], str | None]:
+    after = decode_cursor(cursor) if cursor else None
+    rows = repository.page(
+        session, kind=kind, state=state, host=host, pipeline_id=pipeline_id, after=after, limit=limit + 1
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None
+    return rows, next_cursor
+
+
+def request_cancel(session: Session, *, job_id: uuid.UUID, reason: str = "USER_CANCELLED") -> Job:
+    """Queued and pending jobs end at once; active ones go to `cancelling` and their worker ends them."""
+    job = get_job(session, job_id)
+    state = JobState(job.state)
+    if state in TERMINAL:
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION, f"job {job_id} already ended ({state.value})", state=state.value
+        )
+    if state in (JobState.PENDING, JobState.QUEUED):
+        transition(session, job, JobState.CANCELLED, reason=reason, message="cancelled before it started")
+        return job
+    if state != JobState.CANCELLING:
+        transition(session, job, JobState.CANCELLING, reason=reason, extra={"cancel_requested_at": utcnow()})
+    return job
+
+
+def job_events(session: Session, job_id: uuid.UUID) -> list[JobEvent]:
+    get_job(session, job_id)
+    return repository.events(session, job_id)
+
+
+def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    raw = json.dumps([created_at.isoformat(), str(job_id)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        return datetime.fromisoformat(created), uuid.UUID(job_id)
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise AppError(ErrorCode.VALIDATION_FAILED, "cursor is not one this API returned") from None
+
+
+def _body_hash(spec: JobCreate) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replayed(session: Session, principal: Principal, key: str, body_hash: str) -> Job | None:
+    known = repository.idempotency_get(session, principal.token_id, key)
+    if known is None:
+        return None
+    if known.body_hash != body_hash:
+        raise AppError(
+            ErrorCode.IDEMPOTENCY_MISMATCH, "this Idempotency-Key was used with a different request body"
+        )
+    return get_job(session, known.job_id)
+
+
+def _remember_key(session: Session, principal: Principal, key: str, body_hash: str, job: Job) -> None:
+    try:
+        with session.begin_nested():
+            repository.idempotency_add(session, principal.token_id, key, body_hash, job.id)
+    except IntegrityError:
+        raise AppError(
+            ErrorCode.IDEMPOTENCY_IN_FLIGHT, "a request with this Idempotency-Key is in flight; retry shortly"
+        ) from None
+
+
+def _checked_dependencies(session: Session, depends_on: list[uuid.UUID]) -> list[Job]:
+    deps = repository.get_many(session, depends_on)
+    missing = set(depends_on) - {d.id for d in deps}
+    if missing:
+        raise AppError(ErrorCode.UNKNOWN_DEPENDENCY, f"depends_on names unknown job(s): {sorted(map(str, missing))}")
+    dead = [d for d in deps if d.state in (JobState.FAILED, JobState.CANCELLED)]
+    if dead:
+        raise AppError(
+            ErrorCode.UNKNOWN_DEPENDENCY, f"dependency {dead[0].id} already ended {dead[0].state}; it cannot succeed"
+        )
+    return deps
+
+
+def _check_paths_allowed(session: Session, host: str, params: StageParams) -> None:
+    known = hosts_repo.get(session, host)
+    roots = known.allowed_roots if known is not None else []
+    if not roots:
+        return  # the worker checks again, with symlinks resolved, before anything runs
+    for path in params.host_paths():
+        if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+            raise AppError(
+                ErrorCode.PATH_NOT_ALLOWED,
+                f"{path} is outside the allowed roots of host {host!r}: {', '.join(roots)}",
+            )
+
+
+def _new_job(
+    spec: JobCreate,
+    params: StageParams,
+    *,
+    host: str,
+    gpus: int,
+    principal: Principal,
+    pipeline_id: uuid.UUID | None,
+) -> Job:
+    return Job(
+        id=uuid.uuid4(),
+        kind=spec.kind,
+        params=params.model_dump(mode="json"),
+        host=host,
+        gpus_requested=gpus,
+        max_attempts=spec.max_attempts,
+        attempt=0,
+        timeout_s=spec.timeout_s,
+        pipeline_id=pipeline_id,
+        created_by=principal.token_id,
+        created_at=utcnow(),
+        updated_at=utcnow(),
+        version=1,
+        dispatch_count=0,
+        log_seq=0,
+        proc_reaped=False,
+    )

@@ -1,0 +1,88 @@
+"""/v1/jobs/{id}/logs: pages, tail, plain text, and a live Server-Sent Events stream."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from app.core.deps import ReadPrincipal, SessionDep
+from app.logs import service
+from app.logs.follow import FollowEnd, LogHub
+from app.logs.schemas import LogPage
+
+router = APIRouter(prefix="/v1/jobs", tags=["logs"])
+
+
+@router.get("/{job_id}/logs", response_model=LogPage, responses={200: {"content": {"text/plain": {}}}})
+def read_logs(
+    job_id: uuid.UUID,
+    session: SessionDep,
+    _: ReadPrincipal,
+    cursor: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=service.MAX_PAGE_LINES)] = 1000,
+    tail: Annotated[int | None, Query(ge=1, le=service.MAX_PAGE_LINES)] = None,
+    stream: Literal["stdout", "stderr"] | None = None,
+    format: Literal["json", "text"] = "json",
+) -> LogPage | PlainTextResponse:
+    """A page of log lines after `cursor`, or the last `tail` lines; `format=text` for curl."""
+    page = service.read_page(session, job_id, cursor=cursor, limit=limit, tail=tail, stream=stream)
+    if format == "text":
+        headers = {"X-Next-Cursor": str(page.next_cursor), "X-Log-Complete": str(page.complete).lower()}
+        return PlainTextResponse(service.render_text(page), headers=headers)
+    return page
+
+
+@router.get("/{job_id}/logs/stream", responses={200: {"content": {"text/event-stream": {}}}})
+def stream_logs(
+    job_id: uuid.UUID,
+    request: Request,
+    session: SessionDep,
+    _: ReadPrincipal,
+    cursor: Annotated[int, Query(ge=0)] = 0,
+    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+) -> StreamingResponse:
+    """Follow the log live (SSE): one `line` event per line, id = seq; resumes from Last-Event-ID; ends with `end`."""
+    service.read_page(session, job_id, cursor=0, limit=1, tail=None, stream=None)  # 404 before streaming
+    start = _resume_point(last_event_id, cursor)
+    hub = _hub(request)
+    return StreamingResponse(
+        _events(hub, request, job_id, start),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _resume_point(last_event_id: str | None, cursor: int) -> int:
+    if last_event_id and last_event_id.strip().isdigit():
+        return int(last_event_id.strip())
+    return cursor
+
+
+def _hub(request: Request) -> LogHub:
+    hub: LogHub | None = getattr(request.app.state, "log_hub", None)
+    if hub is None:
+        hub = request.app.state.log_hub = LogHub(request.app.state.settings)
+    return hub
+
+
+async def _events(hub: LogHub, request: Request, job_id: uuid.UUID, cursor: int) -> AsyncIterator[str]:
+    yield "retry: 1000\n\n"
+    async for item in hub.follow(job_id, cursor):
+        if await request.is_disconnected():
+            return
+        if item is None:
+            yield ": keep-alive\n\n"
+        elif isinstance(item, FollowEnd):
+            data = json.dumps({"state": item.state, "last_seq": item.last_seq})
+            yield f"id: {item.last_seq}\nevent: end\ndata: {data}\n\n"
+            return
+        else:
+            yield "".join(
+                f"id: {line.seq}\nevent: line\ndata: {json.dumps({'seq': line.seq, 'ts': line.ts.isoformat(), 'stream': line.stream, 'text': line.text})}\n\n"
+                for line in item
+            )

@@ -1,0 +1,43 @@
+"""create_app(): the FastAPI application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import include_routers
+from app.core.config import Settings, get_settings
+from app.core.db import dispose_engines
+from app.core.errors import install_error_handlers
+from app.core.limits import BodySizeLimit
+from app.core.security import FailureLimiter
+from app.jobs.maintenance import MaintenanceLoop
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loop = MaintenanceLoop(settings) if settings.api_maintenance else None
+        if loop is not None:
+            loop.start()
+        yield
+        if loop is not None:
+            loop.stop()
+        dispose_engines()
+
+    app = FastAPI(
+        title="eyas",
+        description="Control plane for training EAGLE-3 drafters and serving them with SGLang.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.auth_limiter = FailureLimiter(settings.auth_failures_per_minute)
+    install_error_handlers(app)
+    include_routers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

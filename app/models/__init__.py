@@ -1,0 +1,24 @@
+"""All ORM models, imported here so Alembic and the app see one metadata."""
+
+from app.models.base import Base
+from app.models.host import GpuLease, Host
+from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
+from app.models.log import LogLine
+from app.models.server import Artifact, BenchmarkResult, Server
+from app.models.token import ApiToken
+
+__all__ = [
+    "ApiToken",
+    "Artifact",
+    "Base",
+    "BenchmarkResult",
+    "GpuLease",
+    "Host",
+    "IdempotencyKey",
+    "Job",
+    "JobDependency",
+    "JobEvent",
+    "JobMetric",
+    "LogLine",
+    "Server",
+]

@@ -1,0 +1,42 @@
+"""All SQL about servers and benchmark results."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models.server import BenchmarkResult, Server
+
+
+def get(session: Session, server_id: uuid.UUID) -> Server | None:
+    return session.get(Server, server_id)
+
+
+def for_job(session: Session, job_id: uuid.UUID) -> Server | None:
+    return session.scalar(select(Server).where(Server.job_id == job_id))
+
+
+def add(session: Session, server: Server) -> None:
+    session.add(server)
+
+
+def all_servers(session: Session, *, state: str | None = None, limit: int = 200) -> list[Server]:
+    query = select(Server).order_by(Server.started_at.desc()).limit(limit)
+    if state:
+        query = query.where(Server.state == state)
+    return list(session.scalars(query))
+
+
+def add_benchmark(session: Session, result: BenchmarkResult) -> None:
+    session.add(result)
+
+
+def benchmarks(session: Session, *, limit: int = 200) -> list[BenchmarkResult]:
+    query = select(BenchmarkResult).order_by(BenchmarkResult.created_at.desc()).limit(limit)
+    return list(session.scalars(query))
+
+
+def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult | None:
+    return session.get(BenchmarkResult, benchmark_id)

@@ -1,0 +1,126 @@
+"""Commands that run eyas itself: up (embedded), api, worker, db upgrade, token management on the database."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.core.config import Settings, get_settings
+from app.core.db import session_scope
+from app.core.security import Scope
+
+HOST_NAME_HELP = "name of this GPU host; the worker consumes queue host.<name>"
+
+
+def db_upgrade(settings: Settings) -> None:
+    """Migrate the database to the newest schema (same as `alembic upgrade head`)."""
+    from alembic import command
+    from alembic.config import Config
+
+    root = Path(__file__).resolve().parents[1]
+    config = Config(str(root / "alembic.ini"))
+    config.set_main_option("script_location", str(root / "migrations"))
+    config.attributes["url"] = settings.resolved_database_url()
+    command.upgrade(config, "head")
+
+
+def ensure_admin_token(settings: Settings) -> str:
+    """The embedded default's admin token: created once, kept in <data-dir>/admin.token (mode 600)."""
+    from app.tokens import service as tokens
+
+    path = settings.data_dir / "admin.token"
+    if path.exists():
+        secret = path.read_text().strip()
+        with session_scope(settings) as session:
+            if tokens.authenticate(session, secret) is not None:
+                return secret
+    with session_scope(settings) as session:
+        _, secret = tokens.create_token(session, name="admin (eyas up)", scopes=[Scope.ADMIN])
+    path.write_text(secret + "\n")
+    path.chmod(0o600)
+    return secret
+
+
+def run_api(settings: Settings, *, host: str, port: int) -> None:
+    import uvicorn
+
+    from app.main import create_app
+
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
+
+
+def up(
+    port: Annotated[int, typer.Option(help="API port")] = 8000,
+    host: Annotated[str, typer.Option(help="address the API binds")] = "127.0.0.1",
+    data_dir: Annotated[Path, typer.Option(help="SQLite database, broker, logs, admin token")] = Path(".eyas"),
+    host_name: Annotated[str, typer.Option(help=HOST_NAME_HELP)] = "local",
+    allow_root: Annotated[list[Path] | None, typer.Option(help="paths jobs may use (repeat); default: cwd and data dir")] = None,
+) -> None:
+    """Start eyas on the embedded default: API + one local worker, SQLite database and broker in DATA_DIR."""
+    from workers import proc
+
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    roots = [p.resolve() for p in (allow_root or [Path.cwd(), data_dir])]
+    overrides = {"EYAS_DATA_DIR": str(data_dir), "EYAS_ALLOWED_ROOTS": json.dumps([str(r) for r in roots])}
+    settings = Settings(data_dir=data_dir, allowed_roots=roots, database_url=None, broker_url=None)
+    db_upgrade(settings)
+    token = ensure_admin_token(settings)
+    worker = proc.spawn(
+        [sys.executable, "-m", "cli.main", "worker", "--host-name", host_name],
+        env=settings.service_env(**overrides),
+        cwd=Path(__file__).resolve().parents[1],
+        output=data_dir / "worker.log",
+    )
+    url = f"http://{host}:{port}"
+    typer.echo(f"eyas is up (embedded: SQLite in {data_dir})\n  API:   {url}  (docs: {url}/docs)")
+    typer.echo(f"  token: {token}\n  (also in {data_dir / 'admin.token'}; worker log: {data_dir / 'worker.log'})")
+    typer.echo(f"  try:   curl -H 'Authorization: Bearer {token}' {url}/v1/hosts")
+    try:
+        run_api(settings, host=host, port=port)
+    finally:
+        proc.terminate_group(worker.pid, grace_s=10, popen=worker)
+
+
+def api(
+    port: Annotated[int, typer.Option(help="API port")] = 8000,
+    host: Annotated[str, typer.Option(help="address the API binds")] = "127.0.0.1",
+) -> None:
+    """Run the API alone (production: EYAS_DATABASE_URL and EYAS_BROKER_URL set)."""
+    run_api(get_settings(), host=host, port=port)
+
+
+def worker(host_name: Annotated[str, typer.Option(help=HOST_NAME_HELP, metavar="NAME")]) -> None:
+    """Run the worker of one GPU host (foreground)."""
+    from workers.main import start_worker
+
+    if not host_name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        typer.echo("host name may hold letters, digits, '-', '_' and '.' only", err=True)
+        raise typer.Exit(2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = get_settings().model_copy(update={"worker_host_name": host_name})
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.embedded:
+        _wait_for_schema(settings)
+    start_worker(settings, host=host_name)
+
+
+def _wait_for_schema(settings: Settings, timeout_s: float = 30.0) -> None:
+    """In embedded mode the API process migrates; a worker started beside it waits for the tables."""
+    from sqlalchemy import inspect
+
+    from app.core.db import get_engine
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if inspect(get_engine(settings)).has_table("job"):
+            return
+        time.sleep(0.2)
+    db_upgrade(settings)
+

@@ -1,0 +1,237 @@
+"""Commands that talk to an eyas API: submit, status, wait, cancel, hosts, logs, tokens."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.client import (
+    EXIT_JOB_CANCELLED,
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    Api,
+    fail,
+)
+
+UrlOpt = Annotated[str, typer.Option("--url", envvar="EYAS_URL", help="eyas API URL")]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="EYAS_TOKEN", help="bearer token")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+console = Console()
+
+
+def _job_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        fail(f"{value!r} is not a job id (a UUID)")
+
+
+def parse_param(raw: str) -> tuple[str, Any]:
+    """k=v; v is parsed as JSON when it is valid JSON (numbers, true, lists), else kept as a string."""
+    key, sep, value = raw.partition("=")
+    if not sep or not key:
+        fail(f"--param wants key=value, got {raw!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def submit(
+    kind: Annotated[str, typer.Argument(help="job kind, e.g. selftest, gpu_check, extract, train")],
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="k=v (repeat)")] = None,
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="JSON spec: {params, host, gpus, …}")] = None,
+    host: Annotated[str | None, typer.Option(help="host to run on")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs to hold")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Idempotency-Key header")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a job."""
+    body: dict[str, Any] = {"kind": kind, "params": {}}
+    if file is not None:
+        try:
+            spec = json.loads(file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            fail(f"cannot read {file}: {exc}")
+        if not isinstance(spec, dict):
+            fail(f"{file} must hold a JSON object")
+        body.update(spec)
+        body["kind"] = kind
+    body["params"].update(dict(parse_param(p) for p in param or []))
+    if host:
+        body["host"] = host
+    if gpus is not None:
+        body["gpus"] = gpus
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    job = Api(url, token).json("POST", "/v1/jobs", json=body, headers=headers)
+    _print_job(job, as_json)
+
+
+def status(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Show a job."""
+    _print_job(Api(url, token).json("GET", f"/v1/jobs/{_job_id(job_id)}"), as_json)
+
+
+def cancel(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Cancel a job (queued: at once; running: its process group is ended)."""
+    _print_job(Api(url, token).json("POST", f"/v1/jobs/{_job_id(job_id)}/cancel"), as_json)
+
+
+def wait(
+    job_id: str,
+    timeout: Annotated[float, typer.Option(help="seconds to wait (0 = forever)")] = 0,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wait for a job to end. Exit 0 succeeded, 1 failed, 3 cancelled, 4 timed out, 5 API unreachable."""
+    api = Api(url, token, timeout_s=90)
+    deadline = time.monotonic() + timeout if timeout else None
+    job_path = f"/v1/jobs/{_job_id(job_id)}"
+    while True:
+        left = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
+        try:
+            job = api.json("GET", f"{job_path}/wait", params={"timeout": left})
+        except SystemExit as exc:
+            if exc.code == EXIT_UNREACHABLE and (deadline is None or time.monotonic() < deadline):
+                time.sleep(2)  # the API restarting: keep waiting
+                continue
+            raise
+        if not as_json and not job["terminal"]:
+            _progress_line(job)
+        if job["terminal"] or (deadline is not None and time.monotonic() >= deadline):
+            break
+    _print_job(job, as_json)
+    raise typer.Exit(_exit_code(job))
+
+
+def _exit_code(job: dict[str, Any]) -> int:
+    if not job["terminal"]:
+        return EXIT_TIMEOUT
+    return {"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}.get(job["state"], EXIT_JOB_FAILED)
+
+
+def _progress_line(job: dict[str, Any]) -> None:
+    progress = job.get("progress")
+    pct = f"{progress * 100:5.1f}%" if progress is not None else "  -  "
+    console.print(f"[dim]{job['state']:<10} {pct} {job.get('progress_message') or ''}[/dim]")
+
+
+def hosts(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List GPU hosts."""
+    rows = Api(url, token).json("GET", "/v1/hosts")
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("host", "online", "GPUs", "leases", "note")
+    for h in rows:
+        table.add_row(h["name"], "yes" if h["online"] else "no", str(h["gpu_count"]), str(len(h["leases"])),
+                      h.get("gpu_error") or "")
+    console.print(table)
+
+
+def logs(
+    job_id: str,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="follow live until the job ends")] = False,
+    tail: Annotated[int | None, typer.Option(help="only the last N lines")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Print a job's log; with -f follow it live and exit with the job's outcome."""
+    api = Api(url, token)
+    job_id = _job_id(job_id)
+    params: dict[str, Any] = {"tail": tail} if tail else {"limit": 5000}
+    page = api.json("GET", f"/v1/jobs/{job_id}/logs", params=params)
+    for line in page["lines"]:
+        typer.echo(line["text"])
+    cursor = page["next_cursor"]
+    if not tail:
+        while not page["complete"] and page["lines"]:
+            page = api.json("GET", f"/v1/jobs/{job_id}/logs", params={"cursor": cursor, "limit": 5000})
+            for line in page["lines"]:
+                typer.echo(line["text"])
+            cursor = page["next_cursor"]
+    if follow:
+        state = _follow(api, job_id, cursor)
+        raise typer.Exit({"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}.get(state, EXIT_JOB_FAILED))
+
+
+def _follow(api: Api, job_id: str, cursor: int) -> str:
+    """SSE follow, resuming from the last seen id after a dropped connection."""
+    while True:
+        try:
+            headers = {"Last-Event-ID": str(cursor), "Accept": "text/event-stream"}
+            with api.http.stream("GET", f"/v1/jobs/{job_id}/logs/stream", headers=headers, timeout=None) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    api.request("GET", f"/v1/jobs/{job_id}/logs")  # renders the error and exits
+                event: dict[str, str] = {}
+                for raw in resp.iter_lines():
+                    if raw:
+                        name, _, value = raw.partition(": ")
+                        event[name] = value
+                        continue
+                    if event.get("event") == "line":
+                        line = json.loads(event["data"])
+                        typer.echo(line["text"])
+                        cursor = line["seq"]
+                    elif event.get("event") == "end":
+                        return str(json.loads(event["data"])["state"])
+                    event = {}
+        except httpx.TransportError:
+            time.sleep(1)
+
+
+def _print_job(job: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(job, indent=2))
+        return
+    table = Table(show_header=False, box=None)
+    for key in ("id", "kind", "state", "host", "attempt", "progress", "termination_reason", "exit_code", "message"):
+        value = job.get(key)
+        if value is not None:
+            table.add_row(f"[bold]{key}[/bold]", str(value))
+    console.print(table)
+
+
+def token_create(
+    name: str,
+    scope: Annotated[list[str], typer.Option("--scope", help="read, submit or admin (repeat)")],
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a token (admin). The secret is printed once."""
+    created = Api(url, token).json("POST", "/v1/tokens", json={"name": name, "scopes": scope})
+    typer.echo(json.dumps(created, indent=2) if as_json else created["token"])
+
+
+def token_list(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List tokens (admin)."""
+    rows = Api(url, token).json("GET", "/v1/tokens")
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("id", "name", "prefix", "scopes", "revoked")
+    for t in rows:
+        table.add_row(t["id"], t["name"], t["prefix"], ",".join(t["scopes"]), t["revoked_at"] or "")
+    console.print(table)
+
+
+def token_revoke(token_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Revoke a token (admin); it stops working at once."""
+    Api(url, token).json("POST", f"/v1/tokens/{_job_id(token_id)}/revoke")
+    typer.echo(f"revoked {token_id}")

@@ -1,0 +1,1 @@
+"""What a worker reports about its host: GPUs through NVML, /dev/shm, processes."""

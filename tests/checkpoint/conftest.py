@@ -1,0 +1,166 @@
+"""Tiny drafters written by the real training libraries, and a tiny target config.
+
+Sizes: draft hidden 32 (4 heads of 8, 2 KV heads), intermediate 64, target vocab 256, draft vocab 64,
+target with 8 layers. speculators' and SpecForge's own model classes save them, so the key names, dtypes
+and config layouts are the libraries', not ours.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM = 32, 64, 4, 2, 8
+VOCAB, DRAFT_VOCAB, TARGET_LAYERS = 256, 64, 8
+TARGET_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": HIDDEN,
+    "intermediate_size": 128,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV_HEADS,
+    "num_hidden_layers": TARGET_LAYERS,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 4096,
+    "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
+    "torch_dtype": "bfloat16",
+}
+
+
+def _layer_config() -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        num_hidden_layers=1,
+        vocab_size=VOCAB,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+    )
+
+
+def vocab_map() -> tuple[torch.Tensor, torch.Tensor]:
+    """d2t/t2d as all three trainers build them: the used target ids, sorted, as offsets."""
+    used = torch.arange(0, 2 * DRAFT_VOCAB, 2)  # every other target token
+    d2t = used - torch.arange(DRAFT_VOCAB)
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d
+
+
+def _fill_finite(model: torch.nn.Module) -> None:
+    """speculators initialises lm_head/embeddings to NaN until verifier weights load; give them values."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+
+
+@pytest.fixture(scope="session")
+def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("target")
+    (folder / "config.json").write_text(json.dumps(TARGET_CONFIG))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def speculators_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Eagle3DraftModel saved with speculators' save_pretrained (aux ids in speculators' convention)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from speculators.config import SpeculatorsConfig, VerifierConfig
+        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+        from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=_layer_config(),
+        draft_vocab_size=DRAFT_VOCAB,
+        eagle_aux_hidden_state_layer_ids=[1, 4, 6],
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
+        ),
+    )
+    model = Eagle3DraftModel(config)
+    _fill_finite(model)
+    d2t, t2d = vocab_map()
+    model.load_vocab_mappings(t2d, d2t)
+    folder = tmp_path_factory.mktemp("speculators") / "draft"
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SpecForge's LlamaForCausalLMEagle3 saved the way its training script did: embeddings filtered out."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+
+    config = _layer_config()
+    config.architectures = ["LlamaForCausalLMEagle3"]
+    config.draft_vocab_size = DRAFT_VOCAB
+    model = LlamaForCausalLMEagle3(config)
+    _fill_finite(model)
+    d2t, t2d = vocab_map()
+    model.d2t.copy_(d2t)
+    model.t2d.copy_(t2d)
+    folder = tmp_path_factory.mktemp("specforge") / "draft"
+    state = {k: v for k, v in model.state_dict().items() if "embed" not in k}
+    model.save_pretrained(folder, state_dict=state)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def clean_draft(tmp_path_factory: pytest.TempPathFactory, specforge_draft: Path, target_dir: Path) -> Path:
+    """A draft SGLang loads as is (bf16, target rope and context): the base every defect test breaks."""
+    folder = tmp_path_factory.mktemp("clean") / "draft"
+    folder.mkdir()
+    tensors = load_file(specforge_draft / "model.safetensors")
+    tensors = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in tensors.items()}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((specforge_draft / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    config.update({k: TARGET_CONFIG[k] for k in ("rope_theta", "rope_scaling", "max_position_embeddings")})
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+Patch = Callable[[dict[str, Any], dict[str, torch.Tensor]], None]
+
+
+@pytest.fixture
+def broken_draft(tmp_path: Path, clean_draft: Path) -> Callable[[Patch], Path]:
+    """A copy of the clean draft with a patch applied to its config and tensors."""
+
+    def make(patch: Patch) -> Path:
+        folder = tmp_path / "broken"
+        shutil.copytree(clean_draft, folder)
+        config = json.loads((folder / "config.json").read_text())
+        tensors = load_file(folder / "model.safetensors")
+        patch(config, tensors)
+        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "model.safetensors").unlink()
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+        return folder
+
+    return make
+
+
+def folder_digest(folder: Path) -> dict[str, bytes]:
+    """Every file's bytes (tiny checkpoints), to prove a folder was not changed."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

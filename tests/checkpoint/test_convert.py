@@ -86,13 +86,17 @@ def test_speculators_config_becomes_sglang_config(
 
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
-    assert config["draft_vocab_size"] == DRAFT_VOCAB and config["vocab_size"] == VOCAB
+    assert config["draft_vocab_size"] == DRAFT_VOCAB
+    assert config["vocab_size"] == VOCAB
     # speculators' ids are HF hidden_states indices; SGLang's count decoder-layer outputs.
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5]
-    assert config["rope_theta"] == 500000.0 and config["rope_scaling"]["rope_type"] == "llama3"
+    assert config["rope_theta"] == 500000.0
+    assert config["rope_scaling"]["rope_type"] == "llama3"
     assert config["max_position_embeddings"] == 4096
-    assert "target_hidden_size" not in config and "transformer_layer_config" not in config
-    assert config["hidden_size"] == HIDDEN and config["num_hidden_layers"] == 1
+    assert "target_hidden_size" not in config
+    assert "transformer_layer_config" not in config
+    assert config["hidden_size"] == HIDDEN
+    assert config["num_hidden_layers"] == 1
     assert any("eagle_config" in change for change in report.config_changes)
 
 
@@ -103,12 +107,14 @@ def test_report_lists_every_tensor(tmp_path: Path, speculators_draft: Path, targ
     dropped = {m.source for m in report.of_action("dropped")}
     kept = {m.source for m in report.of_action("kept")}
     assert renamed["layers.0.self_attn.q_proj.weight"] == "midlayer.self_attn.q_proj.weight"
-    assert len(renamed) == 10 and all(s.startswith("layers.0.") for s in renamed)
+    assert len(renamed) == 10
+    assert all(s.startswith("layers.0.") for s in renamed)
     assert dropped == {"embed_tokens.weight", "t2d"}
     assert kept == {"fc.weight", "norm.weight", "lm_head.weight", "d2t"}
     assert len(report.moves) == len(load_file(speculators_draft / "model.safetensors"))
     text = report.render_text()
-    assert "layers.0.mlp.up_proj.weight -> midlayer.mlp.up_proj.weight" in text and "t2d" in text
+    assert "layers.0.mlp.up_proj.weight -> midlayer.mlp.up_proj.weight" in text
+    assert "t2d" in text
 
 
 def test_specforge_draft_converts_and_rechecks(
@@ -142,7 +148,8 @@ def test_sharded_source_and_sharded_output(tmp_path: Path, speculators_draft: Pa
 def test_conversion_without_target_keeps_draft_sizes(tmp_path: Path, specforge_draft: Path) -> None:
     report = fix_checkpoint(specforge_draft, tmp_path / "out", target=None)
 
-    assert report.ok and report.doctor is not None
+    assert report.ok
+    assert report.doctor is not None
     assert "TARGET_NOT_GIVEN" in report.doctor.codes(Severity.INFO)
     assert report.doctor.summary["tensors"] == len(SGLANG_EXPECTED)
     assert json.loads((tmp_path / "out" / "config.json").read_text())["vocab_size"] == VOCAB

@@ -59,7 +59,8 @@ def test_force_replaces_destination_once_complete(tmp_path: Path, specforge_draf
 
     report = fix_checkpoint(specforge_draft, dest, force=True)
 
-    assert report.ok and not (dest / "keep.txt").exists()
+    assert report.ok
+    assert not (dest / "keep.txt").exists()
     assert _shapes(dest) == SGLANG_EXPECTED
     assert _leftovers(dest) == []
 
@@ -86,7 +87,8 @@ def test_failure_midway_leaves_old_destination_and_no_leftovers(
     with pytest.raises(RuntimeError, match="disk on fire"):
         fix_checkpoint(speculators_draft, dest, force=True, on_progress=fail_after_three)
 
-    assert folder_digest(dest) == dest_before and folder_digest(speculators_draft) == source_before
+    assert folder_digest(dest) == dest_before
+    assert folder_digest(speculators_draft) == source_before
     assert _leftovers(dest) == []
 
 
@@ -122,7 +124,8 @@ def test_killed_conversion_leaves_source_and_old_destination(tmp_path: Path, spe
     )
 
     assert result.cancelled, lines
-    assert folder_digest(dest) == dest_before and folder_digest(speculators_draft) == source_before
+    assert folder_digest(dest) == dest_before
+    assert folder_digest(speculators_draft) == source_before
     assert [n for n in _leftovers(dest) if ".eyas-tmp-" in n]  # the dead run's half-built folder
     assert fix_checkpoint(speculators_draft, dest, force=True).ok  # the next run clears it
     assert _leftovers(dest) == []
@@ -133,9 +136,12 @@ def test_result_with_an_error_is_refused_and_not_written(tmp_path: Path, broken_
 
     report = fix_checkpoint(draft, tmp_path / "out")
 
-    assert not report.ok and not report.written
-    assert report.doctor is not None and "NORM_UNSUPPORTED" in report.doctor.codes()
-    assert not (tmp_path / "out").exists() and _leftovers(tmp_path / "out") == []
+    assert not report.ok
+    assert not report.written
+    assert report.doctor is not None
+    assert "NORM_UNSUPPORTED" in report.doctor.codes()
+    assert not (tmp_path / "out").exists()
+    assert _leftovers(tmp_path / "out") == []
     assert "REFUSED" in report.render_text()
 
 
@@ -151,11 +157,13 @@ def test_truncated_file_is_named(tmp_path: Path, clean_draft: Path) -> None:
     os.truncate(weights, weights.stat().st_size - 100)
 
     report = diagnose(draft)
-    assert report.codes() == {"UNREADABLE"} and str(weights) in report.findings[0].message
+    assert report.codes() == {"UNREADABLE"}
+    assert str(weights) in report.findings[0].message
     assert "truncated" in report.findings[0].message
     with pytest.raises(CheckpointError, match="truncated") as caught:
         fix_checkpoint(draft, tmp_path / "out")
-    assert caught.value.path == weights and not (tmp_path / "out").exists()
+    assert caught.value.path == weights
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -224,7 +232,8 @@ def test_pickle_is_never_unpickled_without_the_flag(tmp_path: Path, clean_draft:
         fix_checkpoint(draft, tmp_path / "out")
     with pytest.raises(CheckpointError, match="weights-only"):  # even allowed, only weights_only loading
         fix_checkpoint(draft, tmp_path / "out", allow_pickle=True)
-    assert not marker.exists() and not (tmp_path / "out").exists()
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_eagle_pickle_converts_with_the_flag(tmp_path: Path, specforge_draft: Path, target_dir: Path) -> None:

@@ -54,7 +54,7 @@ def end_orphans(settings: Settings, *, host: str) -> int:
             ended += 1
         with session_scope(settings) as session:
             if JobState(state) in ACTIVE:
-                lifecycle.fail_orphaned(
+                lifecycle.lose_orphaned(
                     session, settings, job_id=job_id,
                     message=f"its worker on {host} restarted; the orphaned process group {pgid} was ended",
                 )

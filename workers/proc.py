@@ -71,8 +71,7 @@ def run_command(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> CommandResult:
     """Run argv to completion, streaming its output; end the whole group on timeout or cancel."""
-    if not argv or any(not isinstance(a, str) for a in argv):
-        raise ValueError("argv must be a non-empty list of strings")
+    _check_argv(argv)
     started_at = time.monotonic()
     try:
         popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -100,6 +99,11 @@ def run_command(
         reader.join()
     exit_code = popen.returncode if popen.returncode is not None else -9
     return CommandResult(exit_code, timed_out, cancelled, popen.pid, time.monotonic() - started_at)
+
+
+def _check_argv(argv: Sequence[str]) -> None:
+    if isinstance(argv, str | bytes) or not argv or any(not isinstance(a, str) for a in argv):
+        raise ValueError("argv must be a non-empty list of strings (never a shell command line)")
 
 
 def _wait(
@@ -268,8 +272,7 @@ def spawn(
 
     The caller ends it with terminate_group(popen.pid, popen=popen).
     """
-    if not argv or any(not isinstance(a, str) for a in argv):
-        raise ValueError("argv must be a non-empty list of strings")
+    _check_argv(argv)
     sink = output.open("ab") if output is not None else None
     try:
         return subprocess.Popen(  # noqa: S603 - argv list, no shell

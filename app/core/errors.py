@@ -22,6 +22,7 @@ class ErrorCode(Enum):
     UNAUTHENTICATED = ("UNAUTHENTICATED", 401)
     FORBIDDEN = ("FORBIDDEN", 403)
     NOT_FOUND = ("NOT_FOUND", 404)
+    BAD_REQUEST = ("BAD_REQUEST", 400)
     VALIDATION_FAILED = ("VALIDATION_FAILED", 422)
     UNKNOWN_KIND = ("UNKNOWN_KIND", 422)
     INVALID_PARAMS = ("INVALID_PARAMS", 422)
@@ -91,7 +92,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: ErrorCode.NOT_FOUND, 401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN}.get(
+        code = {400: ErrorCode.BAD_REQUEST, 404: ErrorCode.NOT_FOUND, 401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN}.get(
             exc.status_code
         )
         if code is None:

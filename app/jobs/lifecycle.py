@@ -16,7 +16,7 @@ from app.core.config import Settings
 from app.core.queue import enqueue_after_commit, send_job
 from app.hosts import service as hosts_service
 from app.jobs import repository
-from app.jobs.states import TERMINAL, JobState, TransitionConflict, transition
+from app.jobs.states import ACTIVE, TERMINAL, JobState, TransitionConflict, transition
 from app.models.base import utcnow
 from app.models.job import Job
 
@@ -144,21 +144,27 @@ def reap_lost(session: Session, settings: Settings, *, now: datetime | None = No
     now = now or utcnow()
     lost = []
     for job in repository.stale_active(session, now - timedelta(seconds=settings.lost_after_s)):
-        hosts_service.release_gpus(session, job.id)
         message = f"no heartbeat from worker {job.worker} since {job.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}"
-        try:
-            if job.attempt < job.max_attempts and job.state != JobState.CANCELLING:
-                transition(session, job, JobState.QUEUED, reason="WORKER_LOST", message=message + "; retrying",
-                           extra={"dispatched_at": now, "gpu_indices": None})
-                assert job.host is not None
-                enqueue_after_commit(session, settings, str(job.id), job.host)
-            else:
-                transition(session, job, JobState.FAILED, reason="WORKER_LOST", message=message)
-                settle_dependents(session, settings, job)
-        except TransitionConflict:
-            continue
-        lost.append(job.id)
+        if lose(session, settings, job, message=message):
+            lost.append(job.id)
     return lost
+
+
+def lose(session: Session, settings: Settings, job: Job, *, message: str) -> bool:
+    """The job's worker is gone: release its GPUs, retry it if attempts remain, else fail it WORKER_LOST."""
+    hosts_service.release_gpus(session, job.id)
+    try:
+        if job.attempt < job.max_attempts and job.state != JobState.CANCELLING:
+            transition(session, job, JobState.QUEUED, reason="WORKER_LOST", message=message + "; retrying",
+                       extra={"dispatched_at": utcnow(), "gpu_indices": None})
+            assert job.host is not None
+            enqueue_after_commit(session, settings, str(job.id), job.host)
+        else:
+            transition(session, job, JobState.FAILED, reason="WORKER_LOST", message=message)
+            settle_dependents(session, settings, job)
+    except TransitionConflict:
+        return False
+    return True
 
 
 def redispatch(session: Session, settings: Settings, *, now: datetime | None = None) -> int:
@@ -185,13 +191,7 @@ def mark_reaped(session: Session, *, job_id: uuid.UUID) -> None:
         job.proc_reaped = True
 
 
-def fail_orphaned(session: Session, settings: Settings, *, job_id: uuid.UUID, message: str) -> None:
+def lose_orphaned(session: Session, settings: Settings, *, job_id: uuid.UUID, message: str) -> None:
     job = repository.get(session, job_id)
-    if job is None or job.state in TERMINAL:
-        return
-    hosts_service.release_gpus(session, job_id)
-    try:
-        transition(session, job, JobState.FAILED, reason="WORKER_LOST", message=message)
-    except TransitionConflict:
-        return
-    settle_dependents(session, settings, job)
+    if job is not None and job.state in ACTIVE:
+        lose(session, settings, job, message=message)

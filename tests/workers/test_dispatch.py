@@ -1,0 +1,220 @@
+"""Dispatch end to end: the real API app, real Redis, real PostgreSQL and real `eyas worker` processes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from fastapi.testclient import TestClient
+
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.core.queue import send_job
+from app.jobs.maintenance import tick
+from app.models.job import Job
+from tests.conftest import WorkerProcess
+
+Headers = dict[str, str]
+
+
+def submit(client: TestClient, headers: Headers, host: str = "gpu-a", **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/jobs", json={"kind": "selftest", "host": host, **body}, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def wait_for(client: TestClient, headers: Headers, job_id: str, timeout: float = 60) -> dict[str, Any]:
+    job = client.get(f"/v1/jobs/{job_id}/wait", params={"timeout": timeout}, headers=headers).json()
+    assert job["terminal"], job
+    return job
+
+
+def wait_state(client: TestClient, headers: Headers, job_id: str, state: str, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+        if job["state"] == state:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job never became {state}: {job}")
+
+
+def log_text(client: TestClient, headers: Headers, job_id: str) -> str:
+    return client.get(f"/v1/jobs/{job_id}/logs", params={"format": "text", "limit": 5000}, headers=headers).text
+
+
+def test_a_job_runs_on_its_hosts_worker(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    job = submit(client, admin, params={"lines": 4, "stderr_lines": 1})
+    done = wait_for(client, admin, job["id"])
+    assert done["state"] == "succeeded", done
+    assert done["exit_code"] == 0 and done["result"] == {"lines": 4, "stderr_lines": 1}
+    assert done["worker"].startswith("gpu-a@")
+    text = log_text(client, admin, job["id"])
+    assert "line 0\nline 1\nline 2\nline 3\n" in text and "err 0" in text
+    states = [e["to_state"] for e in client.get(f"/v1/jobs/{job['id']}/events", headers=admin).json()]
+    assert states == ["queued", "starting", "running", "succeeded"]
+    hosts = client.get("/v1/hosts", headers=admin).json()
+    assert hosts[0]["name"] == "gpu-a" and hosts[0]["online"] is True
+    assert hosts[0]["gpu_count"] == 0 and "NVML" in hosts[0]["gpu_error"]
+
+
+def test_nonzero_exit_fails_with_the_exit_code_and_dependents_fail(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    job = submit(client, admin, params={"lines": 1, "exit_code": 7})
+    child = submit(client, admin, depends_on=[job["id"]])
+    done = wait_for(client, admin, job["id"])
+    assert done["state"] == "failed"
+    assert done["exit_code"] == 7
+    assert done["termination_reason"] == "NONZERO_EXIT"
+    after = client.get(f"/v1/jobs/{child['id']}", headers=admin).json()
+    assert after["state"] == "failed" and after["termination_reason"] == "DEPENDENCY_FAILED"
+
+
+def test_dependent_job_starts_after_its_dependency_succeeds(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    first = submit(client, admin, params={"sleep_s": 0.5})
+    second = submit(client, admin, depends_on=[first["id"]])
+    assert second["state"] == "pending"
+    done = wait_for(client, admin, second["id"])
+    assert done["state"] == "succeeded"
+    first_done = client.get(f"/v1/jobs/{first['id']}", headers=admin).json()
+    assert done["started_at"] >= first_done["finished_at"]
+
+
+def test_duplicate_delivery_runs_the_job_once(
+    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    start_worker("gpu-a")
+    marker = settings.allowed_roots[0] / f"marker-{uuid.uuid4()}"
+    job = submit(client, admin, params={"marker_file": str(marker), "sleep_s": 0.5})
+    for _ in range(3):  # the broker delivering the same message again
+        assert send_job(settings, job["id"], "gpu-a")
+    done = wait_for(client, admin, job["id"])
+    time.sleep(1.5)  # give the duplicates time to be consumed
+    assert done["state"] == "succeeded"
+    assert marker.read_text().count("\n") == 1
+    assert done["attempt"] == 1
+
+
+def test_cancel_of_a_running_job_ends_its_process_group(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    job = submit(client, admin, params={"lines": 1, "sleep_s": 120})
+    running = wait_state(client, admin, job["id"], "running")
+    pid = running["pid"]
+    assert psutil.pid_exists(pid)
+    assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin).json()["state"] == "cancelling"
+    done = wait_for(client, admin, job["id"], timeout=30)
+    assert done["state"] == "cancelled" and done["termination_reason"] == "USER_CANCELLED"
+    assert not _alive(pid)
+    assert "line 0" in log_text(client, admin, job["id"])
+
+
+def test_timeout_fails_the_job_and_keeps_its_last_lines(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    job = submit(client, admin, params={"lines": 3, "sleep_s": 60}, timeout_s=2)
+    done = wait_for(client, admin, job["id"], timeout=30)
+    assert done["state"] == "failed" and done["termination_reason"] == "TIMEOUT"
+    assert "line 2" in log_text(client, admin, job["id"])
+
+
+def test_gpu_job_on_a_host_without_nvml_fails_with_the_reason(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # The host is unknown at submit time, so the API cannot refuse; the worker must fail it fast.
+    job = submit(client, admin, host="fresh-host", gpus=1)
+    start_worker("fresh-host")
+    done = wait_for(client, admin, job["id"])
+    assert done["state"] == "failed" and done["termination_reason"] == "NO_GPU"
+    assert "NVML" in done["message"]
+
+
+def test_gpu_check_on_a_machine_without_nvml_succeeds_with_that_verdict(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    job = client.post("/v1/jobs", json={"kind": "gpu_check", "host": "gpu-a"}, headers=admin).json()
+    done = wait_for(client, admin, job["id"])
+    assert done["state"] == "succeeded", done
+    assert done["result"]["verdict"] == "no_gpus"
+    assert "NVML Shared Library Not Found" in done["result"]["nvml_error"]
+
+
+def test_path_outside_allowed_roots_fails_before_anything_runs(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess], tmp_path: Path, settings: Settings
+) -> None:
+    start_worker("gpu-a")
+    escape = settings.allowed_roots[0] / f"link-{uuid.uuid4()}"
+    escape.symlink_to("/etc")  # a symlink inside the root pointing out of it
+    job = submit(client, admin, params={"marker_file": str(escape / "eyas-marker")})
+    done = wait_for(client, admin, job["id"])
+    assert done["state"] == "failed" and done["termination_reason"] == "PATH_NOT_ALLOWED"
+    assert not Path("/etc/eyas-marker").exists()
+
+
+def test_killed_worker_job_is_lost_and_the_restarted_worker_ends_the_orphan(
+    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    worker = start_worker("gpu-a")
+    job = submit(client, admin, params={"lines": 1, "sleep_s": 300})
+    running = wait_state(client, admin, job["id"], "running")
+    orphan_pid = running["pid"]
+    worker.kill9()
+    assert _alive(orphan_pid)  # the stage process outlives its worker
+    deadline = time.monotonic() + settings.lost_after_s * 2 + 5
+    state = "running"
+    while time.monotonic() < deadline and state != "failed":
+        tick(settings)  # the reaper (the API or any worker runs it every maintenance interval)
+        state = client.get(f"/v1/jobs/{job['id']}", headers=admin).json()["state"]
+        time.sleep(0.2)
+    lost = client.get(f"/v1/jobs/{job['id']}", headers=admin).json()
+    assert lost["state"] == "failed" and lost["termination_reason"] == "WORKER_LOST", lost
+    start_worker("gpu-a")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _alive(orphan_pid):
+        time.sleep(0.2)
+    assert not _alive(orphan_pid)
+    with session_scope(settings) as session:
+        assert session.get(Job, uuid.UUID(job["id"])).proc_reaped  # type: ignore[union-attr]
+
+
+def test_lost_job_with_attempts_left_is_retried(
+    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    worker = start_worker("gpu-a")
+    job = submit(client, admin, params={"sleep_s": 300}, max_attempts=2)
+    wait_state(client, admin, job["id"], "running")
+    worker.kill9()
+    start_worker("gpu-a")  # restarts, ends the orphan; the reaper re-queues; the new worker runs attempt 2
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        tick(settings)
+        current = client.get(f"/v1/jobs/{job['id']}", headers=admin).json()
+        if current["attempt"] == 2 and current["state"] == "running":
+            break
+        time.sleep(0.3)
+    assert current["attempt"] == 2 and current["state"] == "running", current
+    client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin)
+    assert wait_for(client, admin, job["id"])["state"] == "cancelled"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

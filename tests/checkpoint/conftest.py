@@ -147,8 +147,11 @@ Patch = Callable[[dict[str, Any], dict[str, torch.Tensor]], None]
 def broken_draft(tmp_path: Path, clean_draft: Path) -> Callable[[Patch], Path]:
     """A copy of the clean draft with a patch applied to its config and tensors."""
 
+    made = []
+
     def make(patch: Patch) -> Path:
-        folder = tmp_path / "broken"
+        folder = tmp_path / f"broken{len(made)}"
+        made.append(folder)
         shutil.copytree(clean_draft, folder)
         config = json.loads((folder / "config.json").read_text())
         tensors = load_file(folder / "model.safetensors")

@@ -221,6 +221,7 @@ class _RunsCodeWhenUnpickled:
         return (os.mkdir, (str(self.marker),))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_pickle_is_never_unpickled_without_the_flag(tmp_path: Path, clean_draft: Path) -> None:
     draft, marker = tmp_path / "draft", tmp_path / "pwned"
     draft.mkdir()

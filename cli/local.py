@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from subprocess import Popen
 from typing import Annotated
 
 import typer
@@ -58,9 +59,13 @@ def run_api(settings: Settings, *, host: str, port: int) -> None:
 def up(
     port: Annotated[int, typer.Option(help="API port")] = 8000,
     host: Annotated[str, typer.Option(help="address the API binds")] = "127.0.0.1",
-    data_dir: Annotated[Path, typer.Option(help="SQLite database, broker, logs, admin token")] = Path(".eyas"),
+    data_dir: Annotated[Path, typer.Option(help="SQLite database, broker, logs, admin token")] = Path(
+        ".eyas"
+    ),
     host_name: Annotated[str, typer.Option(help=HOST_NAME_HELP)] = "local",
-    allow_root: Annotated[list[Path] | None, typer.Option(help="paths jobs may use (repeat); default: cwd and data dir")] = None,
+    allow_root: Annotated[
+        list[Path] | None, typer.Option(help="paths jobs may use (repeat); default: cwd and data dir")
+    ] = None,
 ) -> None:
     """Start eyas on the embedded default: API + one local worker, SQLite database and broker in DATA_DIR."""
     from workers import proc
@@ -78,14 +83,33 @@ def up(
         cwd=Path(__file__).resolve().parents[1],
         output=data_dir / "worker.log",
     )
+    _wait_for_host(settings, host_name, worker, data_dir / "worker.log")
     url = f"http://{host}:{port}"
     typer.echo(f"eyas is up (embedded: SQLite in {data_dir})\n  API:   {url}  (docs: {url}/docs)")
-    typer.echo(f"  token: {token}\n  (also in {data_dir / 'admin.token'}; worker log: {data_dir / 'worker.log'})")
+    typer.echo(
+        f"  token: {token}\n  (also in {data_dir / 'admin.token'}; worker log: {data_dir / 'worker.log'})"
+    )
     typer.echo(f"  try:   curl -H 'Authorization: Bearer {token}' {url}/v1/hosts")
     try:
         run_api(settings, host=host, port=port)
     finally:
         proc.terminate_group(worker.pid, grace_s=10, popen=worker)
+
+
+def _wait_for_host(settings: Settings, name: str, worker: Popen[bytes], log: Path, timeout_s: float = 90) -> None:
+    """Jobs placed right after `eyas up` need the local host registered, so wait for its first heartbeat."""
+    from app.hosts import repository as hosts
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            typer.echo(f"the worker exited ({worker.returncode}); see {log}", err=True)
+            raise typer.Exit(1)
+        with session_scope(settings) as session:
+            if hosts.get(session, name) is not None:
+                return
+        time.sleep(0.2)
+    typer.echo(f"the worker did not register within {timeout_s:.0f} s; see {log}", err=True)
 
 
 def api(
@@ -123,4 +147,3 @@ def _wait_for_schema(settings: Settings, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.2)
     db_upgrade(settings)
-

@@ -6,7 +6,9 @@ import typer
 
 from cli import local, remote
 
-app = typer.Typer(no_args_is_help=True, add_completion=True, help="eyas: train EAGLE-3 drafters, serve them with SGLang.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=True, help="eyas: train EAGLE-3 drafters, serve them with SGLang."
+)
 db = typer.Typer(no_args_is_help=True, help="database schema")
 token = typer.Typer(no_args_is_help=True, help="API tokens")
 

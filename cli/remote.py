@@ -51,7 +51,9 @@ def parse_param(raw: str) -> tuple[str, Any]:
 def submit(
     kind: Annotated[str, typer.Argument(help="job kind, e.g. selftest, gpu_check, extract, train")],
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="k=v (repeat)")] = None,
-    file: Annotated[Path | None, typer.Option("-f", "--file", help="JSON spec: {params, host, gpus, …}")] = None,
+    file: Annotated[
+        Path | None, typer.Option("-f", "--file", help="JSON spec: {params, host, gpus, …}")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="host to run on")] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs to hold")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Idempotency-Key header")] = None,
@@ -138,8 +140,13 @@ def hosts(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = 
         return
     table = Table("host", "online", "GPUs", "leases", "note")
     for h in rows:
-        table.add_row(h["name"], "yes" if h["online"] else "no", str(h["gpu_count"]), str(len(h["leases"])),
-                      h.get("gpu_error") or "")
+        table.add_row(
+            h["name"],
+            "yes" if h["online"] else "no",
+            str(h["gpu_count"]),
+            str(len(h["leases"])),
+            h.get("gpu_error") or "",
+        )
     console.print(table)
 
 
@@ -174,7 +181,9 @@ def _follow(api: Api, job_id: str, cursor: int) -> str:
     while True:
         try:
             headers = {"Last-Event-ID": str(cursor), "Accept": "text/event-stream"}
-            with api.http.stream("GET", f"/v1/jobs/{job_id}/logs/stream", headers=headers, timeout=None) as resp:
+            with api.http.stream(
+                "GET", f"/v1/jobs/{job_id}/logs/stream", headers=headers, timeout=None
+            ) as resp:
                 if resp.status_code >= 400:
                     resp.read()
                     api.request("GET", f"/v1/jobs/{job_id}/logs")  # renders the error and exits
@@ -200,7 +209,17 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
         typer.echo(json.dumps(job, indent=2))
         return
     table = Table(show_header=False, box=None)
-    for key in ("id", "kind", "state", "host", "attempt", "progress", "termination_reason", "exit_code", "message"):
+    for key in (
+        "id",
+        "kind",
+        "state",
+        "host",
+        "attempt",
+        "progress",
+        "termination_reason",
+        "exit_code",
+        "message",
+    ):
         value = job.get(key)
         if value is not None:
             table.add_row(f"[bold]{key}[/bold]", str(value))

@@ -30,8 +30,20 @@ from workers import proc
 PG_ADMIN_URL = os.environ.get("EYAS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("EYAS_TEST_REDIS", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ("log_line", "job_metric", "job_event", "job_dependency", "idempotency_key", "gpu_lease", "artifact",
-          "benchmark_result", "server", "job", "host", "api_token")
+TABLES = (
+    "log_line",
+    "job_metric",
+    "job_event",
+    "job_dependency",
+    "idempotency_key",
+    "gpu_lease",
+    "artifact",
+    "benchmark_result",
+    "server",
+    "job",
+    "host",
+    "api_token",
+)
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +85,11 @@ def base_settings(pg_url: str, work_root: Path) -> Settings:
 
 
 @pytest.fixture
-def settings(base_settings: Settings) -> Iterator[Settings]:
+def settings(base_settings: Settings) -> Settings:
     """The run's settings, with every table emptied before the test."""
     with session_scope(base_settings) as session:
         session.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
-    yield base_settings
+    return base_settings
 
 
 def make_token(settings: Settings, *scopes: Scope, name: str = "test") -> str:
@@ -130,7 +142,9 @@ class WorkerProcess:
         self.settings, self.host, self.log_path = settings, host, log_path
         self.popen = proc.spawn(
             [sys.executable, "-m", "cli.main", "worker", "--host-name", host],
-            env=worker_env(settings, **env), cwd=ROOT, output=log_path,
+            env=worker_env(settings, **env),
+            cwd=ROOT,
+            output=log_path,
         )
 
     def wait_registered(self, timeout_s: float = 30.0) -> None:

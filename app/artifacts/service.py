@@ -22,8 +22,14 @@ def record_artifact(
     parents = [str(a.id) for a in repository.for_jobs(session, parent_jobs)]
     size = meta.get("bytes")
     artifact = Artifact(
-        id=uuid.uuid4(), job_id=job_id, kind=kind[:64], host=host, path=path,
-        bytes=int(size) if isinstance(size, int | float) else None, meta=meta, parent_ids=parents,
+        id=uuid.uuid4(),
+        job_id=job_id,
+        kind=kind[:64],
+        host=host,
+        path=path,
+        bytes=int(size) if isinstance(size, int | float) else None,
+        meta=meta,
+        parent_ids=parents,
         created_at=utcnow(),
     )
     repository.add(session, artifact)

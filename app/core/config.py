@@ -10,8 +10,24 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CHILD_ENV_PASSTHROUGH = frozenset(
-    {"PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_HOME",
-     "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VIRTUAL_ENV", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "TZ",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "CUDA_HOME",
+        "HF_HOME",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "VIRTUAL_ENV",
+        "OPENBLAS_CORETYPE",
+        "OPENBLAS_L2_SIZE",
+    }
 )
 
 
@@ -22,18 +38,26 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         None, description="postgresql+psycopg://… in production; unset = SQLite in data_dir"
     )
-    broker_url: str | None = Field(None, description="redis://… in production; unset = SQLite broker in data_dir")
+    broker_url: str | None = Field(
+        None, description="redis://… in production; unset = SQLite broker in data_dir"
+    )
     redis_url: str | None = Field(
         None, description="Redis for log follow pub/sub (defaults to broker_url when that is redis)"
     )
     queue_prefix: str = Field("", description="prefix of Celery queue names (isolates test runs)")
 
     heartbeat_s: float = Field(2.0, gt=0, description="worker heartbeat period for jobs and hosts")
-    lost_after_heartbeats: float = Field(2.0, gt=1, description="a job is WORKER_LOST after this many periods")
-    host_offline_after_s: float = Field(15.0, gt=0, description="a host without heartbeat is offline after this")
+    lost_after_heartbeats: float = Field(
+        2.0, gt=1, description="a job is WORKER_LOST after this many periods"
+    )
+    host_offline_after_s: float = Field(
+        15.0, gt=0, description="a host without heartbeat is offline after this"
+    )
     redispatch_after_s: float = Field(10.0, gt=0, description="re-send queued jobs not claimed after this")
     maintenance_interval_s: float = Field(1.0, gt=0, description="reaper/reconciler period")
-    task_expires_s: int = Field(24 * 3600, gt=0, description="Celery message expiry (the DB stays the record)")
+    task_expires_s: int = Field(
+        24 * 3600, gt=0, description="Celery message expiry (the DB stays the record)"
+    )
     cancel_grace_s: float = Field(10.0, ge=0, description="SIGTERM → SIGKILL grace on cancel and timeout")
 
     worker_host_name: str | None = Field(None, description="name of this worker's host (queue host.<name>)")
@@ -41,14 +65,20 @@ class Settings(BaseSettings):
     allowed_roots: list[Path] = Field(
         default_factory=list, description="paths in params must lie under these on the worker host"
     )
-    log_dir: Path | None = Field(None, description="per-job log files on the worker host (default data_dir/logs)")
+    log_dir: Path | None = Field(
+        None, description="per-job log files on the worker host (default data_dir/logs)"
+    )
 
     max_body_bytes: int = Field(1024 * 1024, gt=0, description="largest request body accepted")
     max_log_bytes_per_job: int = Field(256 * 1024 * 1024, gt=0, description="oldest lines dropped past this")
-    log_retention_days: float = Field(30.0, gt=0, description="log lines of jobs ended longer ago are deleted")
+    log_retention_days: float = Field(
+        30.0, gt=0, description="log lines of jobs ended longer ago are deleted"
+    )
     log_batch_interval_s: float = Field(0.1, gt=0, description="ship log batches at least this often")
     log_batch_bytes: int = Field(64 * 1024, gt=0, description="ship a log batch once it reaches this size")
-    log_buffer_bytes: int = Field(64 * 1024 * 1024, gt=0, description="worker-side log buffer before dropping")
+    log_buffer_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="worker-side log buffer before dropping"
+    )
     auth_failures_per_minute: int = Field(30, gt=0, description="failed authentications allowed per client")
 
     api_maintenance: bool = Field(True, description="run the reaper/reconciler inside the API process too")
@@ -88,7 +118,7 @@ class Settings(BaseSettings):
         return {k: v for k, v in os.environ.items() if k in CHILD_ENV_PASSTHROUGH or k.startswith("NCCL_")}
 
     def service_env(self, **overrides: str) -> dict[str, str]:
-        """Environment for eyas's own processes (`eyas up` starting its worker): everything, plus overrides."""
+        """Environment for eyas's own processes (`eyas up` starting its worker): all, plus overrides."""
         env = dict(os.environ)
         env.update(overrides)
         return env

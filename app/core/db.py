@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import Settings, get_settings
@@ -70,3 +70,13 @@ def session_scope(settings: Settings | None = None) -> Iterator[Session]:
 
 def is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
+
+
+def ping(settings: Settings) -> tuple[bool, str]:
+    """Whether the database answers a trivial query."""
+    try:
+        with get_engine(settings).connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True, "ok"
+    except Exception as exc:
+        return False, type(exc).__name__

@@ -92,9 +92,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {400: ErrorCode.BAD_REQUEST, 404: ErrorCode.NOT_FOUND, 401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN}.get(
-            exc.status_code
-        )
+        code = {
+            400: ErrorCode.BAD_REQUEST,
+            404: ErrorCode.NOT_FOUND,
+            401: ErrorCode.UNAUTHENTICATED,
+            403: ErrorCode.FORBIDDEN,
+        }.get(exc.status_code)
         if code is None:
             body = {"status": exc.status_code, "code": f"HTTP_{exc.status_code}", "detail": str(exc.detail)}
             return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_JSON)

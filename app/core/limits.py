@@ -73,7 +73,10 @@ async def _reject(send: Send, limit: int) -> None:
         {
             "type": "http.response.start",
             "status": 413,
-            "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(payload)).encode())],
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
         }
     )
     await send({"type": "http.response.body", "body": payload})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from enum import StrEnum
+
 from celery import Celery
 from sqlalchemy import event
 from sqlalchemy.orm import Session

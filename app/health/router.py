@@ -5,10 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from app.core.config import Settings
-from app.core.db import session_scope
+from app.core.db import ping
 from app.core.errors import PROBLEM_JSON
 from app.core.queue import broker_reachable
 
@@ -25,9 +24,9 @@ def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     """The database and the broker answer."""
     settings: Settings = request.app.state.settings
-    db_ok, db_detail = await run_in_threadpool(_database_ok, settings)
+    db_ok, db_detail = await run_in_threadpool(ping, settings)
     broker_ok, broker_detail = await run_in_threadpool(broker_reachable, settings)
-    body = {
+    body: dict[str, object] = {
         "status": "ok" if db_ok and broker_ok else "unavailable",
         "database": {"ok": db_ok, "detail": db_detail},
         "broker": {"ok": broker_ok, "detail": broker_detail},
@@ -37,11 +36,3 @@ async def readyz(request: Request) -> JSONResponse:
     body.update({"code": "NOT_READY", "status_code": 503, "detail": "database or broker unreachable"})
     return JSONResponse(body, status_code=503, media_type=PROBLEM_JSON)
 
-
-def _database_ok(settings: Settings) -> tuple[bool, str]:
-    try:
-        with session_scope(settings) as session:
-            session.execute(text("SELECT 1"))
-        return True, "ok"
-    except Exception as exc:
-        return False, type(exc).__name__

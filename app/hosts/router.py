@@ -22,7 +22,10 @@ def list_hosts(session: SessionDep, settings: SettingsDep, _: ReadPrincipal) -> 
 
 @router.get("/{name}", response_model=HostRead)
 def get_host(
-    name: Annotated[str, Path(pattern=HOST_NAME_PATTERN)], session: SessionDep, settings: SettingsDep, _: ReadPrincipal
+    name: Annotated[str, Path(pattern=HOST_NAME_PATTERN)],
+    session: SessionDep,
+    settings: SettingsDep,
+    _: ReadPrincipal,
 ) -> HostRead:
     """One host."""
     return HostRead.model_validate(service.host_views(session, settings, name)[0])

@@ -107,14 +107,23 @@ def host_views(session: Session, settings: Settings, name: str | None = None) ->
     for host in hosts:
         own = [
             {"gpu_index": lease.gpu_index, "job_id": lease.job_id, "acquired_at": lease.acquired_at}
-            for lease in leases if lease.host == host.name
+            for lease in leases
+            if lease.host == host.name
         ]
         views.append(
             {
-                "name": host.name, "online": is_online(host, settings), "heartbeat_at": host.heartbeat_at,
-                "registered_at": host.registered_at, "worker": host.worker, "gpu_count": host.gpu_count,
-                "gpus": host.gpus, "gpu_error": host.gpu_error, "shm": host.shm,
-                "allowed_roots": host.allowed_roots, "info": host.info, "leases": own,
+                "name": host.name,
+                "online": is_online(host, settings),
+                "heartbeat_at": host.heartbeat_at,
+                "registered_at": host.registered_at,
+                "worker": host.worker,
+                "gpu_count": host.gpu_count,
+                "gpus": host.gpus,
+                "gpu_error": host.gpu_error,
+                "shm": host.shm,
+                "allowed_roots": host.allowed_roots,
+                "info": host.info,
+                "leases": own,
             }
         )
     return views

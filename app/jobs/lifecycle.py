@@ -35,7 +35,7 @@ class ClaimedJob:
 
 
 def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> ClaimedJob | None:
-    """queued → starting, atomically. None when the job is not ours to run (duplicate delivery, cancelled…)."""
+    """queued → starting, atomically; None when the job is not ours to run (duplicate, cancelled…)."""
     job = repository.get(session, job_id)
     if job is None or job.state != JobState.QUEUED or job.host != host:
         return None
@@ -48,7 +48,9 @@ def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> Cla
         )
     except TransitionConflict:
         return None
-    return ClaimedJob(job.id, job.kind, dict(job.params), host, job.gpus_requested, job.timeout_s, job.attempt)
+    return ClaimedJob(
+        job.id, job.kind, dict(job.params), host, job.gpus_requested, job.timeout_s, job.attempt
+    )
 
 
 def lease_gpus(session: Session, *, job_id: uuid.UUID, host: str, count: int) -> list[int] | None:
@@ -65,8 +67,14 @@ def requeue(session: Session, *, job_id: uuid.UUID, message: str) -> None:
     job = repository.get(session, job_id)
     if job is None or job.state != JobState.STARTING:
         return
-    transition(session, job, JobState.QUEUED, reason="REQUEUED", message=message,
-               extra={"attempt": max(0, job.attempt - 1), "dispatched_at": utcnow()})
+    transition(
+        session,
+        job,
+        JobState.QUEUED,
+        reason="REQUEUED",
+        message=message,
+        extra={"attempt": max(0, job.attempt - 1), "dispatched_at": utcnow()},
+    )
 
 
 def mark_running(session: Session, *, job_id: uuid.UUID, pid: int, pgid: int, create_time: float) -> bool:
@@ -127,14 +135,19 @@ def settle_dependents(session: Session, settings: Settings, job: Job) -> None:
     for dependent in repository.pending_dependents(session, job.id):
         if job.state != JobState.SUCCEEDED:
             transition(
-                session, dependent, JobState.FAILED, reason="DEPENDENCY_FAILED",
+                session,
+                dependent,
+                JobState.FAILED,
+                reason="DEPENDENCY_FAILED",
                 message=f"dependency {job.id} ended {job.state} ({job.termination_reason})",
             )
             settle_dependents(session, settings, dependent)
             continue
         deps = repository.get_many(session, repository.dependency_ids(session, dependent.id))
         if all(d.state == JobState.SUCCEEDED for d in deps):
-            transition(session, dependent, JobState.QUEUED, extra={"dispatched_at": utcnow(), "dispatch_count": 1})
+            transition(
+                session, dependent, JobState.QUEUED, extra={"dispatched_at": utcnow(), "dispatch_count": 1}
+            )
             assert dependent.host is not None
             enqueue_after_commit(session, settings, str(dependent.id), dependent.host)
 
@@ -155,8 +168,14 @@ def lose(session: Session, settings: Settings, job: Job, *, message: str) -> boo
     hosts_service.release_gpus(session, job.id)
     try:
         if job.attempt < job.max_attempts and job.state != JobState.CANCELLING:
-            transition(session, job, JobState.QUEUED, reason="WORKER_LOST", message=message + "; retrying",
-                       extra={"dispatched_at": utcnow(), "gpu_indices": None})
+            transition(
+                session,
+                job,
+                JobState.QUEUED,
+                reason="WORKER_LOST",
+                message=message + "; retrying",
+                extra={"dispatched_at": utcnow(), "gpu_indices": None},
+            )
             assert job.host is not None
             enqueue_after_commit(session, settings, str(job.id), job.host)
         else:
@@ -168,7 +187,7 @@ def lose(session: Session, settings: Settings, job: Job, *, message: str) -> boo
 
 
 def redispatch(session: Session, settings: Settings, *, now: datetime | None = None) -> int:
-    """Send again queued jobs nobody claimed (the broker lost the message or was down): the DB is the record."""
+    """Re-send queued jobs nobody claimed (the broker lost them or was down): the DB is the record."""
     now = now or utcnow()
     sent = 0
     for job in repository.undispatched(session, now - timedelta(seconds=settings.redispatch_after_s)):
@@ -180,9 +199,12 @@ def redispatch(session: Session, settings: Settings, *, now: datetime | None = N
 
 
 def orphans(session: Session, *, host: str) -> list[tuple[uuid.UUID, int, float | None, str]]:
-    """(job id, pgid, process create time, state) of processes this host's worker started and may have left."""
-    return [(j.id, j.pgid, j.proc_create_time, j.state) for j in repository.orphan_candidates(session, host)
-            if j.pgid is not None]
+    """(job id, pgid, create time, state) of process groups this host's worker started and may have left."""
+    return [
+        (j.id, j.pgid, j.proc_create_time, j.state)
+        for j in repository.orphan_candidates(session, host)
+        if j.pgid is not None
+    ]
 
 
 def mark_reaped(session: Session, *, job_id: uuid.UUID) -> None:

@@ -150,4 +150,3 @@ def metrics(
 def count_by_kind_state(session: Session) -> list[tuple[str, str, int]]:
     query = select(Job.kind, Job.state, func.count()).group_by(Job.kind, Job.state)
     return [(k, s, int(c)) for k, s, c in session.execute(query)]
-

@@ -60,7 +60,9 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobRead, responses={304: {"description": "not modified"}})
-def get_job(job_id: uuid.UUID, request: Request, response: Response, session: SessionDep, _: ReadPrincipal) -> JobRead | Response:
+def get_job(
+    job_id: uuid.UUID, request: Request, response: Response, session: SessionDep, _: ReadPrincipal
+) -> JobRead | Response:
     """One job; supports ETag / If-None-Match."""
     job = service.get_job(session, job_id)
     etag = f'W/"{job.id}-{job.version}-{int((job.progress or 0) * 1000)}"'

@@ -19,7 +19,9 @@ class JobCreate(BaseModel):
     kind: str = Field(min_length=1, max_length=32, pattern=r"^[a-z_]+$")
     params: dict[str, Any] = Field(default_factory=dict)
     host: str | None = Field(None, pattern=HOST_NAME_PATTERN)
-    gpus: int | None = Field(None, ge=0, le=64, description="GPUs the job holds (default: 1 if the stage needs any)")
+    gpus: int | None = Field(
+        None, ge=0, le=64, description="GPUs the job holds (default: 1 if the stage needs any)"
+    )
     depends_on: list[uuid.UUID] = Field(default_factory=list, max_length=64)
     max_attempts: int = Field(1, ge=1, le=10)
     timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)

@@ -78,7 +78,9 @@ def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
             for e in exc.errors()
         ]
         first = errors[0]
-        raise AppError(ErrorCode.INVALID_PARAMS, f"{first['field']}: {first['message']}", errors=errors) from None
+        raise AppError(
+            ErrorCode.INVALID_PARAMS, f"{first['field']}: {first['message']}", errors=errors
+        ) from None
 
 
 def get_job(session: Session, job_id: uuid.UUID) -> Job:
@@ -173,11 +175,14 @@ def _checked_dependencies(session: Session, depends_on: list[uuid.UUID]) -> list
     deps = repository.get_many(session, depends_on)
     missing = set(depends_on) - {d.id for d in deps}
     if missing:
-        raise AppError(ErrorCode.UNKNOWN_DEPENDENCY, f"depends_on names unknown job(s): {sorted(map(str, missing))}")
+        raise AppError(
+            ErrorCode.UNKNOWN_DEPENDENCY, f"depends_on names unknown job(s): {sorted(map(str, missing))}"
+        )
     dead = [d for d in deps if d.state in (JobState.FAILED, JobState.CANCELLED)]
     if dead:
         raise AppError(
-            ErrorCode.UNKNOWN_DEPENDENCY, f"dependency {dead[0].id} already ended {dead[0].state}; it cannot succeed"
+            ErrorCode.UNKNOWN_DEPENDENCY,
+            f"dependency {dead[0].id} already ended {dead[0].state}; it cannot succeed",
         )
     return deps
 

@@ -93,7 +93,11 @@ def transition(
     for key, value in values.items():
         set_committed_value(job, key, value)
     event = JobEvent(
-        job_id=job.id, from_state=current.value, to_state=target.value, reason=reason, message=message,
+        job_id=job.id,
+        from_state=current.value,
+        to_state=target.value,
+        reason=reason,
+        message=message,
         at=values["updated_at"],
     )
     session.add(event)

@@ -143,7 +143,9 @@ class LogHub:
                 logger.warning("log pub/sub listener: %s; reconnecting", exc)
                 await asyncio.sleep(1.0)
 
-    async def follow(self, job_id: uuid.UUID, cursor: int) -> AsyncIterator[list[LogLineRead] | FollowEnd | None]:
+    async def follow(
+        self, job_id: uuid.UUID, cursor: int
+    ) -> AsyncIterator[list[LogLineRead] | FollowEnd | None]:
         """Yields batches of lines after `cursor`, None as a keep-alive, and a final FollowEnd."""
         feed = self._feed(job_id)
         feed.followers += 1

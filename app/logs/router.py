@@ -13,7 +13,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from app.core.deps import ReadPrincipal, SessionDep
 from app.logs import service
 from app.logs.follow import FollowEnd, LogHub
-from app.logs.schemas import LogPage
+from app.logs.schemas import LogLineRead, LogPage
 
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
 
@@ -46,7 +46,7 @@ def stream_logs(
     cursor: Annotated[int, Query(ge=0)] = 0,
     last_event_id: Annotated[str | None, Header(max_length=32)] = None,
 ) -> StreamingResponse:
-    """Follow the log live (SSE): one `line` event per line, id = seq; resumes from Last-Event-ID; ends with `end`."""
+    """Follow the log live (SSE): `line` events (id = seq), resume with Last-Event-ID, a final `end`."""
     service.read_page(session, job_id, cursor=0, limit=1, tail=None, stream=None)  # 404 before streaming
     start = _resume_point(last_event_id, cursor)
     hub = _hub(request)
@@ -82,7 +82,9 @@ async def _events(hub: LogHub, request: Request, job_id: uuid.UUID, cursor: int)
             yield f"id: {item.last_seq}\nevent: end\ndata: {data}\n\n"
             return
         else:
-            yield "".join(
-                f"id: {line.seq}\nevent: line\ndata: {json.dumps({'seq': line.seq, 'ts': line.ts.isoformat(), 'stream': line.stream, 'text': line.text})}\n\n"
-                for line in item
-            )
+            yield "".join(_sse_line(line) for line in item)
+
+
+def _sse_line(line: LogLineRead) -> str:
+    data = {"seq": line.seq, "ts": line.ts.isoformat(), "stream": line.stream, "text": line.text}
+    return f"id: {line.seq}\nevent: line\ndata: {json.dumps(data)}\n\n"

@@ -29,7 +29,9 @@ def read_page(
     if tail is not None:
         rows = repository.tail(session, job_id, count=min(tail, MAX_PAGE_LINES), stream=stream)
     else:
-        rows = repository.page(session, job_id, after_seq=cursor, limit=min(limit, MAX_PAGE_LINES), stream=stream)
+        rows = repository.page(
+            session, job_id, after_seq=cursor, limit=min(limit, MAX_PAGE_LINES), stream=stream
+        )
     lines = _bounded([LogLineRead.model_validate(r) for r in rows])
     next_cursor = lines[-1].seq if lines else max(cursor, 0)
     if tail is not None and not lines:

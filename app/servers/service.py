@@ -61,8 +61,12 @@ def record_benchmark(
 ) -> BenchmarkResult:
     deployable = summary.get("deployable")
     result = BenchmarkResult(
-        id=uuid.uuid4(), job_id=job_id, server_id=server_id, summary=summary,
-        deployable=bool(deployable) if deployable is not None else None, created_at=utcnow(),
+        id=uuid.uuid4(),
+        job_id=job_id,
+        server_id=server_id,
+        summary=summary,
+        deployable=bool(deployable) if deployable is not None else None,
+        created_at=utcnow(),
     )
     repository.add_benchmark(session, result)
     return result

@@ -21,8 +21,12 @@ def create_token(session: Session, *, name: str, scopes: list[Scope]) -> tuple[A
         raise AppError(ErrorCode.VALIDATION_FAILED, "a token needs at least one scope")
     secret = new_token_secret()
     token = ApiToken(
-        id=uuid.uuid4(), name=name, prefix=secret[:9], token_hash=hash_token(secret),
-        scopes=sorted({s.value for s in scopes}), created_at=utcnow(),
+        id=uuid.uuid4(),
+        name=name,
+        prefix=secret[:9],
+        token_hash=hash_token(secret),
+        scopes=sorted({s.value for s in scopes}),
+        created_at=utcnow(),
     )
     repository.add(session, token)
     session.flush()

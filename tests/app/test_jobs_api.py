@@ -14,10 +14,16 @@ from app.hosts import service as hosts
 from tests.conftest import make_token
 
 
-def register_host(settings: Settings, name: str = "gpu-a", gpus: int = 0, roots: list[str] | None = None) -> None:
+def register_host(
+    settings: Settings, name: str = "gpu-a", gpus: int = 0, roots: list[str] | None = None
+) -> None:
     with session_scope(settings) as session:
         hosts.record_heartbeat(
-            session, name=name, worker="test", shm=None, gpu_error=None if gpus else "no NVIDIA driver",
+            session,
+            name=name,
+            worker="test",
+            shm=None,
+            gpu_error=None if gpus else "no NVIDIA driver",
             gpus=[{"index": i, "uuid": f"GPU-{i}", "name": "H200", "processes": []} for i in range(gpus)],
             allowed_roots=roots or [],
         )
@@ -52,9 +58,24 @@ def test_submit_returns_the_queued_job(client: TestClient, admin: dict[str, str]
         ({"kind": "nope"}, 422, "UNKNOWN_KIND", None),
         ({"kind": "selftest", "params": {"lines": "many"}}, 422, "INVALID_PARAMS", "params.lines"),
         ({"kind": "selftest", "params": {"bogus": 1}}, 422, "INVALID_PARAMS", "params.bogus"),
-        ({"kind": "selftest", "params": {"marker_file": "/tmp/../etc/passwd"}}, 422, "INVALID_PARAMS", "params.marker_file"),
-        ({"kind": "selftest", "params": {"marker_file": "/tmp/x; rm -rf /"}}, 422, "INVALID_PARAMS", "params.marker_file"),
-        ({"kind": "selftest", "params": {"marker_file": "relative/path"}}, 422, "INVALID_PARAMS", "params.marker_file"),
+        (
+            {"kind": "selftest", "params": {"marker_file": "/tmp/../etc/passwd"}},
+            422,
+            "INVALID_PARAMS",
+            "params.marker_file",
+        ),
+        (
+            {"kind": "selftest", "params": {"marker_file": "/tmp/x; rm -rf /"}},
+            422,
+            "INVALID_PARAMS",
+            "params.marker_file",
+        ),
+        (
+            {"kind": "selftest", "params": {"marker_file": "relative/path"}},
+            422,
+            "INVALID_PARAMS",
+            "params.marker_file",
+        ),
         ({"kind": "selftest", "host": "bad host;name"}, 422, "VALIDATION_FAILED", "body.host"),
         ({"kind": "selftest", "depends_on": [str(uuid.uuid4())]}, 422, "UNKNOWN_DEPENDENCY", None),
         ({"kind": "selftest", "gpus": -1}, 422, "VALIDATION_FAILED", "body.gpus"),
@@ -62,7 +83,12 @@ def test_submit_returns_the_queued_job(client: TestClient, admin: dict[str, str]
     ],
 )
 def test_bad_submissions_are_refused_and_store_nothing(
-    client: TestClient, admin: dict[str, str], body: dict[str, object], status: int, code: str, field: str | None
+    client: TestClient,
+    admin: dict[str, str],
+    body: dict[str, object],
+    status: int,
+    code: str,
+    field: str | None,
 ) -> None:
     before = job_count(client, admin)
     response = client.post("/v1/jobs", json={"host": "gpu-a", **body}, headers=admin)
@@ -75,7 +101,9 @@ def test_bad_submissions_are_refused_and_store_nothing(
     assert job_count(client, admin) == before
 
 
-def test_malformed_json_and_oversized_bodies(client: TestClient, admin: dict[str, str], settings: Settings) -> None:
+def test_malformed_json_and_oversized_bodies(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
     bad = client.post("/v1/jobs", content=b"{not json", headers={**admin, "content-type": "application/json"})
     assert bad.status_code == 422
     huge = b'{"kind":"selftest","params":{"x":"' + b"a" * (settings.max_body_bytes + 10) + b'"}}'
@@ -89,7 +117,9 @@ def test_malformed_json_and_oversized_bodies(client: TestClient, admin: dict[str
     assert job_count(client, admin) == 0
 
 
-def test_gpu_job_on_a_host_without_gpus_fails_fast(client: TestClient, admin: dict[str, str], settings: Settings) -> None:
+def test_gpu_job_on_a_host_without_gpus_fails_fast(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
     register_host(settings, "cpu-box", gpus=0)
     response = client.post("/v1/jobs", json={"kind": "selftest", "host": "cpu-box", "gpus": 1}, headers=admin)
     assert response.status_code == 409
@@ -99,7 +129,9 @@ def test_gpu_job_on_a_host_without_gpus_fails_fast(client: TestClient, admin: di
     assert anywhere.status_code == 409
 
 
-def test_placement_picks_a_host_with_enough_gpus(client: TestClient, admin: dict[str, str], settings: Settings) -> None:
+def test_placement_picks_a_host_with_enough_gpus(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
     register_host(settings, "small", gpus=1)
     register_host(settings, "big", gpus=8)
     job = client.post("/v1/jobs", json={"kind": "selftest", "gpus": 4}, headers=admin).json()
@@ -130,12 +162,17 @@ def test_auth_scopes(client: TestClient, settings: Settings, reader: dict[str, s
     assert denied.status_code == 403
     assert denied.json()["code"] == "FORBIDDEN"
     submitter = {"Authorization": f"Bearer {make_token(settings, Scope.SUBMIT)}"}
-    assert client.post("/v1/jobs", json={"kind": "selftest", "host": "gpu-a"}, headers=submitter).status_code == 201
+    assert (
+        client.post("/v1/jobs", json={"kind": "selftest", "host": "gpu-a"}, headers=submitter).status_code
+        == 201
+    )
     assert client.get("/v1/tokens", headers=submitter).status_code == 403
     assert client.get("/healthz").status_code == 200
 
 
-def test_revoked_token_stops_working_at_once(client: TestClient, admin: dict[str, str], settings: Settings) -> None:
+def test_revoked_token_stops_working_at_once(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
     created = client.post("/v1/tokens", json={"name": "ci", "scopes": ["read"]}, headers=admin).json()
     ci = {"Authorization": f"Bearer {created['token']}"}
     assert client.get("/v1/jobs", headers=ci).status_code == 200
@@ -205,7 +242,9 @@ def test_dependencies_wait_and_cancel_cascades(client: TestClient, admin: dict[s
     second = submit(client, admin, depends_on=[first["id"]])
     assert second["state"] == "pending"
     client.post(f"/v1/jobs/{first['id']}/cancel", headers=admin)
-    cancelled_dep = client.post("/v1/jobs", json={"kind": "selftest", "host": "gpu-a", "depends_on": [first["id"]]}, headers=admin)
+    cancelled_dep = client.post(
+        "/v1/jobs", json={"kind": "selftest", "host": "gpu-a", "depends_on": [first["id"]]}, headers=admin
+    )
     assert cancelled_dep.status_code == 422
 
 
@@ -214,7 +253,9 @@ def test_wait_returns_the_job_when_the_timeout_passes(client: TestClient, admin:
     waited = client.get(f"/v1/jobs/{job['id']}/wait", params={"timeout": 0.3}, headers=admin)
     assert waited.status_code == 200
     assert waited.json()["terminal"] is False
-    assert client.get(f"/v1/jobs/{job['id']}/wait", params={"timeout": 9999}, headers=admin).status_code == 422
+    assert (
+        client.get(f"/v1/jobs/{job['id']}/wait", params={"timeout": 9999}, headers=admin).status_code == 422
+    )
 
 
 def test_unknown_and_malformed_ids(client: TestClient, admin: dict[str, str]) -> None:
@@ -230,4 +271,5 @@ def test_unknown_and_malformed_ids(client: TestClient, admin: dict[str, str]) ->
 def test_readyz_reports_database_and_broker(client: TestClient) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200, ready.text
-    assert ready.json()["database"]["ok"] and ready.json()["broker"]["ok"]
+    assert ready.json()["database"]["ok"]
+    assert ready.json()["broker"]["ok"]

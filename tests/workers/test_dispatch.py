@@ -33,7 +33,9 @@ def wait_for(client: TestClient, headers: Headers, job_id: str, timeout: float =
     return job
 
 
-def wait_state(client: TestClient, headers: Headers, job_id: str, state: str, timeout: float = 30) -> dict[str, Any]:
+def wait_state(
+    client: TestClient, headers: Headers, job_id: str, state: str, timeout: float = 30
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
@@ -44,7 +46,9 @@ def wait_state(client: TestClient, headers: Headers, job_id: str, state: str, ti
 
 
 def log_text(client: TestClient, headers: Headers, job_id: str) -> str:
-    return client.get(f"/v1/jobs/{job_id}/logs", params={"format": "text", "limit": 5000}, headers=headers).text
+    return client.get(
+        f"/v1/jobs/{job_id}/logs", params={"format": "text", "limit": 5000}, headers=headers
+    ).text
 
 
 def test_a_job_runs_on_its_hosts_worker(
@@ -54,15 +58,19 @@ def test_a_job_runs_on_its_hosts_worker(
     job = submit(client, admin, params={"lines": 4, "stderr_lines": 1})
     done = wait_for(client, admin, job["id"])
     assert done["state"] == "succeeded", done
-    assert done["exit_code"] == 0 and done["result"] == {"lines": 4, "stderr_lines": 1}
+    assert done["exit_code"] == 0
+    assert done["result"] == {"lines": 4, "stderr_lines": 1}
     assert done["worker"].startswith("gpu-a@")
     text = log_text(client, admin, job["id"])
-    assert "line 0\nline 1\nline 2\nline 3\n" in text and "err 0" in text
+    assert "line 0\nline 1\nline 2\nline 3\n" in text
+    assert "err 0" in text
     states = [e["to_state"] for e in client.get(f"/v1/jobs/{job['id']}/events", headers=admin).json()]
     assert states == ["queued", "starting", "running", "succeeded"]
     hosts = client.get("/v1/hosts", headers=admin).json()
-    assert hosts[0]["name"] == "gpu-a" and hosts[0]["online"] is True
-    assert hosts[0]["gpu_count"] == 0 and "NVML" in hosts[0]["gpu_error"]
+    assert hosts[0]["name"] == "gpu-a"
+    assert hosts[0]["online"] is True
+    assert hosts[0]["gpu_count"] == 0
+    assert "NVML" in hosts[0]["gpu_error"]
 
 
 def test_nonzero_exit_fails_with_the_exit_code_and_dependents_fail(
@@ -76,7 +84,8 @@ def test_nonzero_exit_fails_with_the_exit_code_and_dependents_fail(
     assert done["exit_code"] == 7
     assert done["termination_reason"] == "NONZERO_EXIT"
     after = client.get(f"/v1/jobs/{child['id']}", headers=admin).json()
-    assert after["state"] == "failed" and after["termination_reason"] == "DEPENDENCY_FAILED"
+    assert after["state"] == "failed"
+    assert after["termination_reason"] == "DEPENDENCY_FAILED"
 
 
 def test_dependent_job_starts_after_its_dependency_succeeds(
@@ -93,7 +102,10 @@ def test_dependent_job_starts_after_its_dependency_succeeds(
 
 
 def test_duplicate_delivery_runs_the_job_once(
-    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess],
+    client: TestClient,
+    admin: Headers,
+    settings: Settings,
+    start_worker: Callable[..., WorkerProcess],
     tmp_path: Path,
 ) -> None:
     start_worker("gpu-a")
@@ -118,7 +130,8 @@ def test_cancel_of_a_running_job_ends_its_process_group(
     assert psutil.pid_exists(pid)
     assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin).json()["state"] == "cancelling"
     done = wait_for(client, admin, job["id"], timeout=30)
-    assert done["state"] == "cancelled" and done["termination_reason"] == "USER_CANCELLED"
+    assert done["state"] == "cancelled"
+    assert done["termination_reason"] == "USER_CANCELLED"
     assert not _alive(pid)
     assert "line 0" in log_text(client, admin, job["id"])
 
@@ -129,7 +142,8 @@ def test_timeout_fails_the_job_and_keeps_its_last_lines(
     start_worker("gpu-a")
     job = submit(client, admin, params={"lines": 3, "sleep_s": 60}, timeout_s=2)
     done = wait_for(client, admin, job["id"], timeout=30)
-    assert done["state"] == "failed" and done["termination_reason"] == "TIMEOUT"
+    assert done["state"] == "failed"
+    assert done["termination_reason"] == "TIMEOUT"
     assert "line 2" in log_text(client, admin, job["id"])
 
 
@@ -140,7 +154,8 @@ def test_gpu_job_on_a_host_without_nvml_fails_with_the_reason(
     job = submit(client, admin, host="fresh-host", gpus=1)
     start_worker("fresh-host")
     done = wait_for(client, admin, job["id"])
-    assert done["state"] == "failed" and done["termination_reason"] == "NO_GPU"
+    assert done["state"] == "failed"
+    assert done["termination_reason"] == "NO_GPU"
     assert "NVML" in done["message"]
 
 
@@ -156,14 +171,19 @@ def test_gpu_check_on_a_machine_without_nvml_succeeds_with_that_verdict(
 
 
 def test_path_outside_allowed_roots_fails_before_anything_runs(
-    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess], tmp_path: Path, settings: Settings
+    client: TestClient,
+    admin: Headers,
+    start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+    settings: Settings,
 ) -> None:
     start_worker("gpu-a")
     escape = settings.allowed_roots[0] / f"link-{uuid.uuid4()}"
     escape.symlink_to("/etc")  # a symlink inside the root pointing out of it
     job = submit(client, admin, params={"marker_file": str(escape / "eyas-marker")})
     done = wait_for(client, admin, job["id"])
-    assert done["state"] == "failed" and done["termination_reason"] == "PATH_NOT_ALLOWED"
+    assert done["state"] == "failed"
+    assert done["termination_reason"] == "PATH_NOT_ALLOWED"
     assert not Path("/etc/eyas-marker").exists()
 
 
@@ -183,7 +203,7 @@ def test_killed_worker_job_is_lost_and_the_restarted_worker_ends_the_orphan(
         state = client.get(f"/v1/jobs/{job['id']}", headers=admin).json()["state"]
         time.sleep(0.2)
     lost = client.get(f"/v1/jobs/{job['id']}", headers=admin).json()
-    assert lost["state"] == "failed" and lost["termination_reason"] == "WORKER_LOST", lost
+    assert (lost["state"], lost["termination_reason"]) == ("failed", "WORKER_LOST"), lost
     start_worker("gpu-a")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and _alive(orphan_pid):
@@ -208,7 +228,7 @@ def test_lost_job_with_attempts_left_is_retried(
         if current["attempt"] == 2 and current["state"] == "running":
             break
         time.sleep(0.3)
-    assert current["attempt"] == 2 and current["state"] == "running", current
+    assert (current["attempt"], current["state"]) == (2, "running"), current
     client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin)
     assert wait_for(client, admin, job["id"])["state"] == "cancelled"
 

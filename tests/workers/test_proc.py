@@ -29,14 +29,19 @@ def test_streams_both_streams_line_by_line_and_returns_the_exit_code() -> None:
     )
     assert result.exit_code == 3
     assert not result.ok
-    assert ("stdout", "a") in lines and ("stdout", "c") in lines and ("stderr", "b") in lines
+    assert ("stdout", "a") in lines
+    assert ("stdout", "c") in lines
+    assert ("stderr", "b") in lines
     assert [t for s, t in lines if s == "stdout"] == ["a", "c"]
 
 
 def test_environment_is_exactly_what_was_passed() -> None:
     lines, sink = collect()
-    proc.run_command(py("import os; print(sorted(k for k in os.environ if k.startswith('EYAS_T')))"),
-                     on_line=sink, env={"EYAS_T1": "x", "PATH": "/usr/bin"})
+    proc.run_command(
+        py("import os; print(sorted(k for k in os.environ if k.startswith('EYAS_T')))"),
+        on_line=sink,
+        env={"EYAS_T1": "x", "PATH": "/usr/bin"},
+    )
     assert lines == [("stdout", "['EYAS_T1']")]
 
 
@@ -61,7 +66,8 @@ def test_broken_output_is_stored_safely() -> None:
     assert texts[0] == "bad \ufffd\ufffd utf8"
     assert texts[1] == "nul\ufffdbyte"
     assert texts[2] == "\x1b[31mred\x1b[0m"  # stored as-is; renderers escape it
-    assert texts[3].startswith("x" * 1000) and "line truncated: 299000 more bytes" in texts[3]
+    assert texts[3].startswith("x" * 1000)
+    assert "line truncated: 299000 more bytes" in texts[3]
     assert texts[4] == "tail without newline"
 
 
@@ -95,13 +101,17 @@ def test_cancel_sends_sigterm_first_and_the_program_can_clean_up() -> None:
 
 
 def test_sigkill_after_the_grace_period_when_sigterm_is_ignored() -> None:
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('x', flush=True); time.sleep(60)"
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        "print('x', flush=True); time.sleep(60)"
+    )
     lines, sink = collect()
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     started = time.monotonic()
     result = proc.run_command(py(code), on_line=sink, cancel=cancel, grace_s=1)
-    assert result.cancelled and result.exit_code == -9
+    assert result.cancelled
+    assert result.exit_code == -9
     assert time.monotonic() - started < 8
 
 

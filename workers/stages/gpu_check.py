@@ -1,4 +1,4 @@
-"""gpu_check: NVML inventory, a clean/dirty verdict per GPU, /dev/shm, and optional clean-up of eyas's own orphans."""
+"""gpu_check: NVML inventory, a clean/dirty verdict per GPU and /dev/shm."""
 
 from __future__ import annotations
 

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Creates .venv with everything eyas and its tests need. Idempotent: re-runs only when pyproject.toml changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+STAMP=.venv/.eyas-setup-$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [[ -f "$STAMP" ]]; then
+  exit 0
+fi
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+# torch==2.13.0 (pinned in pyproject) resolves to the CPU wheel on this machine's disk; a looser pin would
+# download several GB of CUDA. sglang and speculators come --no-deps: their full dependency sets pin a
+# different torch. We need sglang only for its argument parser and speculators for its checkpoint format.
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,test]'
+.venv/bin/pip install -q --disable-pip-version-check --no-deps sglang==0.5.23 speculators==0.9.0 hs-connectors==0.9.0
+rm -f .venv/.eyas-setup-*
+touch "$STAMP"
+echo "setup: .venv ready"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, starts PostgreSQL and Redis if they are down, then
+# ruff (format + lint), mypy and pytest. Extra arguments go to pytest (e.g. -k dispatch, -m slow).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/services.sh
+.venv/bin/ruff format --check .
+.venv/bin/ruff check .
+.venv/bin/mypy app workers cli
+set +e
+.venv/bin/python -m pytest "$@"
+status=$?
+set -e
+if [[ $status -eq 5 ]]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit $status

@@ -190,3 +190,33 @@ def start_worker(settings: Settings, tmp_path: Path) -> Iterator[object]:
     for worker in started:
         if worker.popen.poll() is None:
             worker.stop()
+
+
+@pytest.fixture
+def api_server(settings: Settings, tmp_path: Path) -> Iterator[str]:
+    """A real `eyas api` (uvicorn) process on a free port, for streaming and CLI tests."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    popen = proc.spawn(
+        [sys.executable, "-m", "cli.main", "api", "--port", str(port)],
+        env=worker_env(settings, EYAS_API_MAINTENANCE="true"),
+        cwd=ROOT,
+        output=tmp_path / "api.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    else:
+        raise TimeoutError((tmp_path / "api.log").read_text())
+    yield url
+    proc.terminate_group(popen.pid, grace_s=5, popen=popen)

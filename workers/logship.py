@@ -4,7 +4,8 @@ Every line gets the next per-job seq, goes to a file on the host at once and int
 shipping thread writes batches (every ≤ log_batch_interval_s or log_batch_bytes) with idempotent inserts
 and retries until the database takes them. Memory is bounded: past log_buffer_bytes, lines are dropped and
 counted, and a marker line says how many. Past max_log_bytes_per_job, the oldest stored lines are deleted
-and a marker line in their place says how many. close() flushes everything before the job is recorded as ended.
+and a marker line in their place says how many. close() flushes everything before the job is recorded
+as ended.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class ShipperStats:
 
 
 class LogShipper:
-    def __init__(self, settings: Settings, job_id: uuid.UUID, *, file_path: Path | None, start_seq: int = 0) -> None:
+    def __init__(
+        self, settings: Settings, job_id: uuid.UUID, *, file_path: Path | None, start_seq: int = 0
+    ) -> None:
         self.settings = settings
         self.job_id = job_id
         self.stats = ShipperStats()
@@ -80,7 +83,9 @@ class LogShipper:
         """Ship everything still pending; returns once stored (or after timeout_s, leaving the host file)."""
         with self._cond:
             if self._dropped_since_marker:
-                self._append("stderr", f"[eyas: {self._dropped_since_marker} line(s) dropped: log buffer full]")
+                self._append(
+                    "stderr", f"[eyas: {self._dropped_since_marker} line(s) dropped: log buffer full]"
+                )
                 self._dropped_since_marker = 0
             self._closing = True
             self._cond.notify()
@@ -156,7 +161,9 @@ class LogShipper:
         try:
             with session_scope(self.settings) as session:
                 removed = repository.delete_before(session, self.job_id, cutoff + 1)
-                self.stats.trimmed_lines += removed
+                self.stats.trimmed_lines += removed - (
+                    1 if self.stats.trimmed_lines else 0
+                )  # not the old marker
                 marker = (
                     cutoff,
                     datetime.now(UTC),

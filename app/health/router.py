@@ -35,4 +35,3 @@ async def readyz(request: Request) -> JSONResponse:
         return JSONResponse(body)
     body.update({"code": "NOT_READY", "status_code": 503, "detail": "database or broker unreachable"})
     return JSONResponse(body, status_code=503, media_type=PROBLEM_JSON)
-

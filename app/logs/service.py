@@ -25,18 +25,20 @@ def read_page(
     stream: str | None,
 ) -> LogPage:
     """Lines after `cursor` (or the last `tail` lines), bounded in count and bytes."""
-    job = jobs.get_job(session, job_id)
+    job = jobs.get_job(session, job_id)  # read first: every line up to job.log_seq is committed by now
+    stored_up_to = job.log_seq
     if tail is not None:
         rows = repository.tail(session, job_id, count=min(tail, MAX_PAGE_LINES), stream=stream)
+        lines = _bounded([LogLineRead.model_validate(r) for r in rows])
+        next_cursor = max([stored_up_to, *(line.seq for line in lines)])
     else:
-        rows = repository.page(
-            session, job_id, after_seq=cursor, limit=min(limit, MAX_PAGE_LINES), stream=stream
-        )
-    lines = _bounded([LogLineRead.model_validate(r) for r in rows])
-    next_cursor = lines[-1].seq if lines else max(cursor, 0)
-    if tail is not None and not lines:
-        next_cursor = job.log_seq
-    complete = job.state in TERMINAL and next_cursor >= job.log_seq
+        wanted = min(limit, MAX_PAGE_LINES)
+        rows = repository.page(session, job_id, after_seq=cursor, limit=wanted, stream=stream)
+        lines = _bounded([LogLineRead.model_validate(r) for r in rows])
+        next_cursor = lines[-1].seq if lines else cursor
+        if len(lines) == len(rows) < wanted:
+            next_cursor = max(next_cursor, stored_up_to)  # nothing else matched up to the stored end
+    complete = job.state in TERMINAL and next_cursor >= stored_up_to
     return LogPage(lines=lines, next_cursor=next_cursor, job_state=job.state, complete=complete)
 
 

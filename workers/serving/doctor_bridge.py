@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from workers.serving.findings import Finding, Severity, info, warning
@@ -18,7 +19,9 @@ def run_draft_doctor(draft: str, *, target: str, algorithm: str | None, sglang_v
         )
         return [info("DOCTOR_SKIPPED", message, "run a doctor job on the draft")]
     try:
-        report = diagnose(draft, target=target, algorithm=algorithm, sglang_version=sglang_version)
+        report = diagnose(
+            Path(draft), target=Path(target), algorithm=algorithm or "EAGLE3", sglang_version=sglang_version
+        )
     except Exception as exc:  # noqa: BLE001 - the doctor failing must not hide the other findings
         return [
             warning(

@@ -36,7 +36,8 @@ def check_with_sglang_parser(
         return [
             info(
                 "SGLANG_PARSER_UNAVAILABLE",
-                "sglang is not importable here: flags were checked against eyas's own lists only",
+                "SGLang's parser was not used (sglang not importable here, or skipped): flags were "
+                "checked against eyas's own lists only",
                 "render on a host with sglang installed for a full check",
             )
         ]

@@ -109,9 +109,9 @@ def launched_server(
         grace_s=params.stop_grace_s,
     )
     events = ServerEvents(ctx, rendered, params)
-    events.emit("starting")
     process.start()
     events.pid = process.pid
+    events.emit("starting")
     ready_after = _wait_ready(ctx, params, process, events)
     events.emit("ready", ready_after_s=round(ready_after, 2))
     try:

@@ -73,8 +73,7 @@ def render_launch(
     if engine == "sglang":
         server_args = _sglang_server_args(params, algorithm, shape)
         argv = [host.python, "-m", rules.LAUNCH_MODULE, *server_args]
-        if use_sglang_parser:
-            findings += check_with_sglang_parser(server_args, parser)
+        findings += check_with_sglang_parser(server_args, parser)
     else:
         argv = [host.python, "-m", REFERENCE_MODULE, *_reference_args(params, shape)]
     env = {**params.env, "PYTHONUNBUFFERED": "1"}

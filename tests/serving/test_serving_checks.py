@@ -1,0 +1,140 @@
+"""Host-side launch checks on real folders, a real listening port and a real shared-memory folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.serving.conftest import free_port
+from tests.serving.serving_tiny_models import TinyPair, make_pair
+from workers.params.launch import LaunchParams
+from workers.serving.checks import prepare_launch
+from workers.serving.findings import Finding, Severity
+from workers.serving.host_checks import check_shm, stale_shm_segments
+from workers.serving.render import HostFacts
+
+GPU_HOST = HostFacts(python="/usr/bin/python3", sglang_version="0.5.14", gpu_count=1, on_host=True)
+
+
+def prepared(params: LaunchParams, shm_dir: Path, gpus: tuple[int, ...] = (0,)) -> list[Finding]:
+    return prepare_launch(params, host=GPU_HOST, gpus=gpus, shm_dir=shm_dir, use_sglang_parser=False).findings
+
+
+def by_code(findings: list[Finding], code: str) -> Finding:
+    matches = [f for f in findings if f.code == code]
+    assert matches, f"{code} not in {[f.code for f in findings]}"
+    return matches[0]
+
+
+def launch(pair: TinyPair, **fields: object) -> LaunchParams:
+    base: dict[str, object] = {
+        "engine": "sglang",
+        "model": str(pair.target),
+        "draft": str(pair.draft),
+        "depth": 3,
+        "max_running_requests": 8,
+        "port": free_port(),
+    }
+    return LaunchParams.model_validate({**base, **fields})
+
+
+def rewrite_config(folder: Path, **changes: object) -> None:
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+@pytest.fixture
+def shm(tmp_path: Path) -> Path:
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def own_pair(tmp_path: Path) -> TinyPair:
+    """A pair whose configs a test may edit (the session pair stays untouched)."""
+    return make_pair(tmp_path / "pair")
+
+
+def test_a_good_pair_passes_every_check(tiny_pair: TinyPair, shm: Path) -> None:
+    findings = prepared(launch(tiny_pair), shm)
+    assert [f for f in findings if f.severity is Severity.ERROR] == []
+    assert not {"DOCTOR_SKIPPED", "DOCTOR_CRASHED"} & {f.code for f in findings}
+
+
+def test_missing_model_and_draft_folders(tmp_path: Path, shm: Path) -> None:
+    params = LaunchParams(
+        engine="sglang", model=str(tmp_path / "nope"), draft=str(tmp_path / "none"), depth=3
+    )
+    missing = [f for f in prepared(params, shm) if f.code == "PATH_MISSING"]
+    assert len(missing) == 2
+
+
+def test_eagle_algorithm_against_an_eagle3_draft_config(tiny_pair: TinyPair, shm: Path) -> None:
+    finding = by_code(prepared(launch(tiny_pair, algorithm="EAGLE"), shm), "ALGORITHM_MISMATCH")
+    assert finding.severity is Severity.ERROR
+
+
+def test_the_draft_doctor_runs_for_the_host_sglang_version(tiny_pair: TinyPair, shm: Path) -> None:
+    findings = prepared(launch(tiny_pair), shm)
+    doctor = [f for f in findings if f.message.startswith("draft doctor:")]
+    assert doctor, "the doctor's findings are part of the launch checks"
+
+
+def test_draft_context_shorter_than_the_target_needs_the_env_var(own_pair: TinyPair, shm: Path) -> None:
+    rewrite_config(own_pair.draft, max_position_embeddings=256)
+    refused = by_code(prepared(launch(own_pair), shm), "DRAFT_CONTEXT_SHORTER")
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in refused.fix
+    allowed = prepared(launch(own_pair, env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}), shm)
+    assert by_code(allowed, "DRAFT_CONTEXT_OVERRIDDEN").severity is Severity.INFO
+    lowered = prepared(launch(own_pair, context_length=256), shm)
+    assert "DRAFT_CONTEXT_SHORTER" not in {f.code for f in lowered}
+
+
+def test_a_shallow_target_makes_sglangs_aux_layers_collide(tmp_path: Path, shm: Path) -> None:
+    pair = make_pair(tmp_path / "pair", layers=8)
+    rewrite_config(pair.target, num_hidden_layers=4)
+    rewrite_config(pair.draft, eagle_config={})  # SGLang's default layers [2, n//2, n-3] = [2, 2, 1]
+    finding = by_code(prepared(launch(pair), shm), "TARGET_AUX_LAYERS_COLLIDE")
+    assert "[2, 2, 1]" in finding.message
+
+
+def test_a_port_already_listening_is_found(tiny_pair: TinyPair, shm: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        finding = by_code(prepared(launch(tiny_pair, port=port), shm), "PORT_IN_USE")
+    assert finding.severity is Severity.ERROR
+
+
+def test_tp_size_beyond_the_jobs_gpus_and_a_host_without_sglang(tiny_pair: TinyPair, shm: Path) -> None:
+    assert by_code(prepared(launch(tiny_pair, tp_size=2), shm), "TP_EXCEEDS_GPUS")
+    no_sglang = HostFacts(python="/usr/bin/python3", sglang_version=None, gpu_count=1, on_host=True)
+    rendered = prepare_launch(
+        launch(tiny_pair), host=no_sglang, gpus=(0,), shm_dir=shm, use_sglang_parser=False
+    )
+    assert by_code(rendered.findings, "ENGINE_UNAVAILABLE").severity is Severity.ERROR
+
+
+def test_stale_shared_memory_segments_are_reported_and_live_ones_are_not(shm: Path) -> None:
+    for name in ("psm_0a1b2c3d", "sglang_loads_1.shm", "sem.loky-42-abc", f"sgl_shm_mq_{os.getpid()}_ab12"):
+        (shm / name).write_bytes(b"x" * 1024)
+    (shm / "sgl_shm_mq_999999999_cd34").write_bytes(b"x")  # its pid cannot exist
+    (shm / "unrelated_segment").write_bytes(b"x")
+    stale = stale_shm_segments(shm)
+    assert stale == ["psm_0a1b2c3d", "sem.loky-42-abc", "sgl_shm_mq_999999999_cd34", "sglang_loads_1.shm"]
+    assert by_code(check_shm(shm), "SHM_STALE_SEGMENTS").severity is Severity.WARNING
+
+
+def test_too_little_free_shared_memory_is_an_error(shm: Path) -> None:
+    free_mib = os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize / 2**20
+    finding = by_code(check_shm(shm, min_free_mib=int(free_mib) + 1024), "SHM_LOW")
+    assert finding.severity is Severity.ERROR
+    assert check_shm(shm, min_free_mib=0) == []

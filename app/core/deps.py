@@ -33,7 +33,7 @@ def settings_dep(request: Request) -> Settings:
     return settings
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]  # commit before the response is sent
 SettingsDep = Annotated[Settings, Depends(settings_dep)]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from workers.params.selftest import SelftestParams
@@ -37,7 +36,7 @@ def _print_lines(ctx: StageContext, params: SelftestParams, interval: float) -> 
     out = sys.stdout
     started = time.monotonic()
     for i in range(params.lines):
-        text = f"line {i}"
+        text = f"line {i} {time.time():.6f}" if params.stamp else f"line {i}"
         if params.line_bytes > len(text):
             text = text + " " + "x" * (params.line_bytes - len(text) - 1)
         out.write(text + "\n")

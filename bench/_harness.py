@@ -1,0 +1,115 @@
+"""Shared set-up for the control-plane benchmarks: a fresh PostgreSQL database, Redis, and real eyas
+processes (API via uvicorn, workers) started through the project's process runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.core.config import Settings  # noqa: E402
+from app.core.db import session_scope  # noqa: E402
+from app.core.security import Scope  # noqa: E402
+from app.tokens import service as tokens  # noqa: E402
+from cli.local import db_upgrade  # noqa: E402
+from workers import proc  # noqa: E402
+
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary_ms(values_s: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values_s]
+    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 2), "p99_ms": round(percentile(ms, 99), 2),
+            "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan")}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def database() -> Iterator[str]:
+    name = f"eyas_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_settings(db_url: str, data_dir: Path, **overrides: object) -> Settings:
+    settings = Settings(database_url=db_url, broker_url=REDIS, queue_prefix=f"b{secrets.token_hex(3)}.",
+                        data_dir=data_dir, allowed_roots=[data_dir], api_maintenance=True, **overrides)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db_upgrade(settings)
+    return settings
+
+
+def admin_token(settings: Settings) -> str:
+    with session_scope(settings) as session:
+        _, secret = tokens.create_token(session, name="bench", scopes=[Scope.ADMIN])
+    return secret
+
+
+def env_for(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EYAS_")}
+    for name, value in settings.model_dump(mode="json").items():
+        if value is None:
+            continue
+        env[f"EYAS_{name.upper()}"] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@contextmanager
+def service(argv: list[str], settings: Settings, log: Path, ready_url: str | None = None,
+            ready_text: str | None = None) -> Iterator[object]:
+    popen = proc.spawn([sys.executable, *argv], env=env_for(settings), cwd=ROOT, output=log)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ready_url and _answers(ready_url):
+                break
+            if ready_text and log.exists() and ready_text in log.read_text(errors="replace"):
+                break
+            if popen.poll() is not None:
+                raise RuntimeError(log.read_text())
+            time.sleep(0.2)
+        else:
+            raise TimeoutError(log.read_text())
+        yield popen
+    finally:
+        proc.terminate_group(popen.pid, grace_s=10, popen=popen)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code < 500
+    except httpx.TransportError:
+        return False

@@ -1,0 +1,90 @@
+"""Dispatch latency: submit → running, p50/p99 over N jobs through the API, Redis and a real worker, beside a
+raw Celery round trip (no-op task, result read back) on the same Redis in the same run. Prints JSON.
+
+    .venv/bin/python bench/bench_dispatch.py [--jobs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from _harness import ROOT, admin_token, database, free_port, make_settings, service, summary_ms
+from workers import proc
+
+
+def eyas_dispatch(jobs: int, tmp: Path, db_url: str) -> dict[str, object]:
+    settings = make_settings(db_url, tmp / "data", heartbeat_s=1.0)
+    headers = {"Authorization": f"Bearer {admin_token(settings)}"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with service(["-m", "cli.main", "api", "--port", str(port)], settings, tmp / "api.log",
+                 ready_url=f"{url}/healthz"), \
+         service(["-m", "cli.main", "worker", "--host-name", "bench"], settings, tmp / "worker.log",
+                 ready_text="ready."):
+        http = httpx.Client(base_url=url, headers=headers, timeout=30)
+        latencies, end_to_end = [], []
+        for _ in range(jobs):
+            started = time.perf_counter()
+            job = http.post("/v1/jobs", json={"kind": "selftest", "host": "bench", "params": {"lines": 0}}).json()
+            assert "id" in job, job
+            while True:
+                current = http.get(f"/v1/jobs/{job['id']}").json()
+                assert "state" in current, current
+                if current["state"] in ("running", "succeeded", "failed"):
+                    break
+                time.sleep(0.002)
+            latencies.append(_seconds(current["running_at"]) - _seconds(current["created_at"]))
+            done = http.get(f"/v1/jobs/{job['id']}/wait", params={"timeout": 60}).json()
+            end_to_end.append(time.perf_counter() - started)
+            assert done["state"] == "succeeded", done
+    return {"submit_to_running": summary_ms(latencies), "submit_to_succeeded_client_side": summary_ms(end_to_end)}
+
+
+def raw_celery(n: int, tmp: Path) -> dict[str, object]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _raw_celery import app, noop
+
+    worker = proc.spawn(
+        [sys.executable, "-m", "celery", "-A", "_raw_celery", "worker", "--pool", "solo", "-Q", "bench.raw",
+         "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
+        cwd=ROOT / "bench", output=tmp / "raw.log",
+    )
+    try:
+        noop.delay().get(timeout=60)
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            noop.delay().get(timeout=30, interval=0.001)
+            times.append(time.perf_counter() - started)
+    finally:
+        proc.terminate_group(worker.pid, grace_s=5, popen=worker)
+        app.close()
+    return {"round_trip": summary_ms(times)}
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, database() as db_url:
+        eyas = eyas_dispatch(args.jobs, Path(tmp), db_url)
+        raw = raw_celery(args.jobs, Path(tmp))
+    print(json.dumps({"benchmark": "dispatch", "jobs": args.jobs, "eyas": eyas, "raw_celery_same_redis": raw},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ class DraftCheckpoint:
     tensors: dict[str, TensorEntry]
     weight_files: list[Path]
     index_path: Path | None = None
-    ignored_files: list[Path] = field(default_factory=list)  # pickles beside safetensors
 
     @property
     def total_bytes(self) -> int:
@@ -70,9 +69,8 @@ def open_checkpoint(folder: Path) -> DraftCheckpoint:
         if not files:
             raise _no_safetensors(folder)
         tensors = _merge_headers(files)
-    ignored = pickle_files(folder)
     return DraftCheckpoint(
-        folder, config, config_path, tensors, files, index_path if index_path.exists() else None, ignored
+        folder, config, config_path, tensors, files, index_path if index_path.exists() else None
     )
 
 

@@ -37,3 +37,9 @@ def target_dir(tmp_path: Path, tiny_target: LlamaForCausalLM) -> Path:
     folder = tmp_path / "target"
     tiny_target.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread() -> None:
+    """Tiny ops on a shared 2-core box: intra-op threads only spin against each other (7x slower here)."""
+    torch.set_num_threads(1)

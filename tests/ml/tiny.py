@@ -66,3 +66,34 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
     lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def successor(token_id: int) -> int:
+    """The learnable rule: each word is followed by the next one in WORDS, anything else by the first."""
+    first = len(SPECIALS)
+    if first <= token_id < first + len(WORDS):
+        return first + (token_id - first + 1) % len(WORDS)
+    return first
+
+
+@torch.no_grad()
+def successor_target(folder: Path) -> Path:
+    """A Llama whose greedy next token is `successor(current token)`, with near-certainty.
+
+    Every block's output projections are zeroed, so the residual stream stays the token's embedding; the
+    embeddings are orthogonal, so lm_head row v = sum of the (normed) embeddings of v's predecessors scores
+    exactly the right successor. The aux states are real forward passes, just simple ones.
+    """
+    torch.manual_seed(0)
+    config = LlamaConfig(**{**TINY_CONFIG, "hidden_size": 64, "intermediate_size": 128})
+    model = LlamaForCausalLM(config).eval()
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+    orthogonal, _ = torch.linalg.qr(torch.randn(64, 64))
+    model.model.embed_tokens.weight.copy_(orthogonal * 0.05)
+    normed = orthogonal * 8.0  # unit RMS in 64 dims, what the final norm makes of each embedding
+    model.lm_head.weight.zero_()
+    for token in range(config.vocab_size):
+        model.lm_head.weight[successor(token)] += 0.25 * normed[token]
+    return save_target(folder, model)

@@ -136,6 +136,16 @@ class Eagle3Drafter(nn.Module):
         out, _, _ = self.midlayer.causal(self._embed(input_ids, hidden), hidden, cos, sin)
         return self.logits(out), out
 
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        features: torch.Tensor,
+        steps: int,
+        attention: _attention.AttentionBackend = "auto",
+    ) -> list[torch.Tensor]:
+        """`forward_ttt`, under the name DDP and torch.compile hook into."""
+        return self.forward_ttt(input_ids, features, steps, attention)
+
     def forward_ttt(
         self,
         input_ids: torch.Tensor,

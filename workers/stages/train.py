@@ -1,0 +1,260 @@
+"""train: an EAGLE-3 drafter from an extraction, with eyas's own TTT trainer (SGLang-native output)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workers.ml.drafter import Eagle3Drafter, save_drafter
+from workers.ml.target_head import TargetHead, TargetWeightsError, load_target_head
+from workers.ml.train_data import (
+    Extraction,
+    ExtractionMismatch,
+    HiddenStateDataset,
+    epoch_batches,
+    open_extraction,
+    split_indices,
+)
+from workers.ml.train_loop import LoopPlan, run_training
+from workers.ml.train_state import STATE_FILE, RunPosition, load_state, restore, save_state
+from workers.ml.trainer import NonFiniteLoss, OptimSettings, StepOutOfMemory, Trainer, make_optimizer
+from workers.ml.vocab import d2t_offsets, draft_token_ids
+from workers.params.train import TrainParams
+from workers.stages.base import StageContext, StageError, TerminationReason
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+RUN_FILE = "run.json"
+# Params that define the run: resuming with any of them changed cannot continue it exactly.
+_RUN_DEFINING = (
+    "epochs", "ttt_steps", "step_decay", "batch_size", "max_len", "lr", "warmup_ratio", "warmup_steps",
+    "schedule", "weight_decay", "grad_clip", "draft_vocab_size", "init_lm_head", "val_fraction", "seed",
+    "dtype",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    data: Path
+    target: Path
+    output: Path
+    target_config: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+
+
+def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
+    inputs = _resolve(ctx, params)
+    extraction, head = _open_inputs(inputs)
+    fingerprint = {
+        "extraction": extraction.manifest["fingerprint"],
+        **{name: getattr(params, name) for name in _RUN_DEFINING},
+    }
+    state = _previous_run(params, inputs.output, fingerprint)
+    drafter = _build_drafter(params, inputs, extraction, head, state)
+    train_rows, val_rows = split_indices(len(extraction.seq_lens), params.val_fraction, params.seed)
+    if not train_rows:
+        raise StageError(
+            "no training samples left after the validation split", reason=TerminationReason.DATA_MISMATCH
+        )
+    plan = _loop_plan(params, inputs, extraction, train_rows, val_rows)
+    settings = OptimSettings(
+        lr=params.lr,
+        warmup_steps=params.warmup_steps
+        if params.warmup_steps is not None
+        else round(params.warmup_ratio * plan.total_steps),
+        total_steps=plan.total_steps,
+        schedule=params.schedule,
+        weight_decay=params.weight_decay,
+        grad_clip=params.grad_clip,
+    )
+    optimizer, scheduler = make_optimizer(drafter, settings, inputs.device)
+    position = (
+        restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
+    )
+    if state:
+        ctx.log(f"resuming at epoch {position.epoch + 1}, step {position.global_step}")
+    trainer = Trainer(
+        drafter,
+        head.to(inputs.device, inputs.dtype),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        settings=settings,
+        ttt_steps=params.ttt_steps,
+        step_decay=params.step_decay,
+        attention=params.attention,
+        compute_dtype=inputs.dtype,
+        device=inputs.device,
+    )
+
+    def save_position(at: RunPosition) -> None:
+        save_state(
+            inputs.output,
+            drafter=drafter,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            position=at,
+            fingerprint=fingerprint,
+        )
+
+    def save_epoch(epoch: int, summary: dict[str, float]) -> Path:
+        folder = inputs.output / f"epoch_{epoch + 1}"
+        save_drafter(drafter, folder, target_config=inputs.target_config)
+        ctx.artifact("drafter", folder, {"epoch": epoch + 1, "global_step": position.global_step, **summary})
+        _record_epoch(inputs.output, params, summary)
+        return folder
+
+    try:
+        run_training(trainer, plan, position, ctx, save_state=save_position, save_epoch=save_epoch)
+    except NonFiniteLoss as exc:
+        raise StageError(
+            f"{exc}: lower lr, or check the extraction for non-finite states",
+            reason=TerminationReason.NAN_LOSS,
+            details={"step": exc.step},
+        ) from None
+    except StepOutOfMemory as exc:
+        raise StageError(
+            f"{exc}: lower batch_size or max_len",
+            reason=TerminationReason.OUT_OF_MEMORY,
+            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len},
+        ) from None
+    return _result(ctx, inputs.output, position, params, drafter)
+
+
+def _resolve(ctx: StageContext, params: TrainParams) -> _Inputs:
+    target = ctx.check_path(params.target)
+    config_path = target / "config.json"
+    if not config_path.exists():
+        raise StageError(f"{target} has no config.json (expected a HF model folder)")
+    if params.device == "cuda" and not torch.cuda.is_available():
+        raise StageError("device is cuda but no CUDA device is visible", reason=TerminationReason.NO_GPU)
+    output = ctx.check_path(params.output)
+    output.mkdir(parents=True, exist_ok=True)
+    return _Inputs(
+        data=ctx.check_path(params.data),
+        target=target,
+        output=output,
+        target_config=json.loads(config_path.read_text()),
+        device=torch.device("cuda", 0) if params.device == "cuda" else torch.device("cpu"),
+        dtype=DTYPES[params.dtype],
+    )
+
+
+def _open_inputs(inputs: _Inputs) -> tuple[Extraction, TargetHead]:
+    try:
+        return open_extraction(inputs.data, inputs.target_config), load_target_head(
+            inputs.target, inputs.target_config
+        )
+    except (ExtractionMismatch, TargetWeightsError) as exc:
+        raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
+
+
+def _previous_run(params: TrainParams, output: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state to resume from, after checking it belongs to this run."""
+    used = (output / STATE_FILE).exists() or any(output.glob("epoch_*"))
+    if not params.resume:
+        if used:
+            raise StageError(f"{output} already holds a training run: set resume, or choose a new output")
+        return None
+    state = load_state(output)
+    if state is None:
+        if used:
+            raise StageError(
+                f"{output} has checkpoints but no {STATE_FILE} to resume from: choose a new output"
+            )
+        return None
+    if state["fingerprint"] != fingerprint:
+        changed = sorted(k for k in fingerprint if state["fingerprint"].get(k) != fingerprint[k])
+        raise StageError(
+            f"{output} holds a run with other settings ({', '.join(changed)}): it cannot continue exactly; "
+            "choose a new output",
+            reason=TerminationReason.DATA_MISMATCH,
+            details={"changed": changed},
+        )
+    return state
+
+
+def _build_drafter(
+    params: TrainParams,
+    inputs: _Inputs,
+    extraction: Extraction,
+    head: TargetHead,
+    state: dict[str, Any] | None,
+) -> Eagle3Drafter:
+    """The drafter on the training device: fresh (vocab from token frequencies), or as saved (same vocab:
+    rebuilding d2t on resume would silently misalign lm_head rows)."""
+    torch.manual_seed(params.seed)  # the same seed gives the same initial drafter, run after run
+    try:
+        drafter = Eagle3Drafter.from_target_config(
+            inputs.target_config,
+            draft_vocab_size=params.draft_vocab_size,
+            aux_layer_ids=extraction.aux_layers,
+        )
+    except ValueError as exc:
+        raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
+    drafter.set_target_embeddings(head.embed.float())
+    if state is None:
+        vocab = int(drafter.config["vocab_size"])
+        draft_ids = draft_token_ids(extraction.token_freq, params.draft_vocab_size, vocab)
+        drafter.set_vocab_mapping(d2t_offsets(draft_ids))
+        if params.init_lm_head == "target":
+            with torch.no_grad():
+                drafter.lm_head.weight.copy_(head.lm_head[draft_ids].float())
+    drafter.to(inputs.device)
+    drafter.embed_tokens.to(inputs.dtype)  # frozen: no float32 master copy needed
+    return drafter
+
+
+def _loop_plan(
+    params: TrainParams, inputs: _Inputs, extraction: Extraction, train_rows: list[int], val_rows: list[int]
+) -> LoopPlan:
+    batches = epoch_batches(
+        train_rows, extraction.seq_lens, batch_size=params.batch_size, epoch=0, seed=params.seed
+    )
+    return LoopPlan(
+        dataset=HiddenStateDataset(extraction, params.max_len),
+        train_rows=train_rows,
+        val_rows=val_rows,
+        seq_lens=extraction.seq_lens,
+        epochs=params.epochs,
+        batch_size=params.batch_size,
+        seed=params.seed,
+        log_every=params.log_every,
+        max_steps=params.max_steps,
+        loader_workers=params.loader_workers,
+        pad_multiple=64 if inputs.device.type == "cuda" else 1,
+        total_steps=params.epochs * len(batches),
+    )
+
+
+def _record_epoch(output: Path, params: TrainParams, summary: dict[str, float]) -> None:
+    path = output / RUN_FILE
+    record: dict[str, Any] = {"params": params.model_dump(), "epochs": []}
+    if path.exists():
+        record = json.loads(path.read_text())
+    epochs: list[dict[str, float]] = record["epochs"]
+    record["epochs"] = [e for e in epochs if e.get("epoch") != summary["epoch"]] + [summary]
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _result(
+    ctx: StageContext, output: Path, position: RunPosition, params: TrainParams, drafter: Eagle3Drafter
+) -> dict[str, Any]:
+    last = output / f"epoch_{position.epoch}" if position.epoch else None
+    record = json.loads((output / RUN_FILE).read_text()) if (output / RUN_FILE).exists() else {"epochs": []}
+    ctx.progress(
+        1.0 if position.epoch >= params.epochs else position.global_step / max(1, position.global_step),
+        "done",
+    )
+    return {
+        "output": str(output),
+        "checkpoint": str(last) if last else None,
+        "epochs_done": position.epoch,
+        "global_step": position.global_step,
+        "draft_vocab_size": params.draft_vocab_size,
+        "aux_layers": drafter.aux_layers,
+        "epochs": record["epochs"],
+    }

@@ -106,10 +106,15 @@ def speculators_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SpecForge's LlamaForCausalLMEagle3 saved the way its training script did: embeddings filtered out."""
+    """SpecForge's LlamaForCausalLMEagle3 saved the way its training script did: embeddings filtered out.
+
+    specforge pins torch/sglang versions that conflict with this stack, so it is installed with --no-deps
+    (like speculators); its draft module imports without those pins.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+        llama3_eagle = pytest.importorskip("specforge.modeling.draft.llama3_eagle")
+    LlamaForCausalLMEagle3 = llama3_eagle.LlamaForCausalLMEagle3  # noqa: N806 - the library's class name
 
     config = _layer_config()
     config.architectures = ["LlamaForCausalLMEagle3"]
@@ -126,16 +131,28 @@ def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def clean_draft(tmp_path_factory: pytest.TempPathFactory, specforge_draft: Path, target_dir: Path) -> Path:
-    """A draft SGLang loads as is (bf16, target rope and context): the base every defect test breaks."""
+def clean_draft(tmp_path_factory: pytest.TempPathFactory, speculators_draft: Path) -> Path:
+    """A draft SGLang loads as is: the base every defect test breaks.
+
+    Built by hand (not by the converter under test) from speculators' weights, in the classic
+    SpecForge/EAGLE layout: `midlayer.*`, no embedding, no t2d, bf16, flat config with the target's rope.
+    """
     folder = tmp_path_factory.mktemp("clean") / "draft"
     folder.mkdir()
-    tensors = load_file(specforge_draft / "model.safetensors")
-    tensors = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in tensors.items()}
+    tensors = {
+        name.replace("layers.0.", "midlayer."): value.to(torch.bfloat16)
+        if value.is_floating_point()
+        else value
+        for name, value in load_file(speculators_draft / "model.safetensors").items()
+        if name not in ("embed_tokens.weight", "t2d")
+    }
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((specforge_draft / "config.json").read_text())
+    config = _layer_config().to_diff_dict()
     config.pop("rope_parameters", None)
     config.update({k: TARGET_CONFIG[k] for k in ("rope_theta", "rope_scaling", "max_position_embeddings")})
+    config.update(
+        architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=DRAFT_VOCAB, tie_word_embeddings=False
+    )
     (folder / "config.json").write_text(json.dumps(config))
     return folder
 

@@ -145,8 +145,8 @@ def test_sharded_source_and_sharded_output(tmp_path: Path, speculators_draft: Pa
     assert set(index["weight_map"]) == set(SGLANG_EXPECTED)
 
 
-def test_conversion_without_target_keeps_draft_sizes(tmp_path: Path, specforge_draft: Path) -> None:
-    report = fix_checkpoint(specforge_draft, tmp_path / "out", target=None)
+def test_conversion_without_target_keeps_draft_sizes(tmp_path: Path, speculators_draft: Path) -> None:
+    report = fix_checkpoint(speculators_draft, tmp_path / "out", target=None)
 
     assert report.ok
     assert report.doctor is not None

@@ -42,22 +42,22 @@ def _leftovers(dest: Path) -> list[str]:
     return sorted(p.name for p in dest.parent.iterdir() if p.name.startswith(f".{dest.name}."))
 
 
-def test_existing_destination_is_refused_without_force(tmp_path: Path, specforge_draft: Path) -> None:
+def test_existing_destination_is_refused_without_force(tmp_path: Path, clean_draft: Path) -> None:
     dest = tmp_path / "out"
     dest.mkdir()
     (dest / "keep.txt").write_text("old")
 
     with pytest.raises(CheckpointError, match="already exists"):
-        fix_checkpoint(specforge_draft, dest)
+        fix_checkpoint(clean_draft, dest)
     assert (dest / "keep.txt").read_text() == "old"
 
 
-def test_force_replaces_destination_once_complete(tmp_path: Path, specforge_draft: Path) -> None:
+def test_force_replaces_destination_once_complete(tmp_path: Path, clean_draft: Path) -> None:
     dest = tmp_path / "out"
     dest.mkdir()
     (dest / "keep.txt").write_text("old")
 
-    report = fix_checkpoint(specforge_draft, dest, force=True)
+    report = fix_checkpoint(clean_draft, dest, force=True)
 
     assert report.ok
     assert not (dest / "keep.txt").exists()
@@ -65,9 +65,9 @@ def test_force_replaces_destination_once_complete(tmp_path: Path, specforge_draf
     assert _leftovers(dest) == []
 
 
-def test_destination_inside_source_is_refused(specforge_draft: Path) -> None:
+def test_destination_inside_source_is_refused(clean_draft: Path) -> None:
     with pytest.raises(CheckpointError, match="overlaps"):
-        fix_checkpoint(specforge_draft, specforge_draft / "sglang")
+        fix_checkpoint(clean_draft, clean_draft / "sglang")
 
 
 def test_failure_midway_leaves_old_destination_and_no_leftovers(
@@ -237,14 +237,14 @@ def test_pickle_is_never_unpickled_without_the_flag(tmp_path: Path, clean_draft:
     assert not (tmp_path / "out").exists()
 
 
-def test_eagle_pickle_converts_with_the_flag(tmp_path: Path, specforge_draft: Path, target_dir: Path) -> None:
+def test_eagle_pickle_converts_with_the_flag(tmp_path: Path, clean_draft: Path, target_dir: Path) -> None:
     """EAGLE's DeepSpeed output: pytorch_model.bin wrapping the state dict in `module`, a Llama config."""
     draft = tmp_path / "eagle"
     draft.mkdir()
-    config = json.loads((specforge_draft / "config.json").read_text())
+    config = json.loads((clean_draft / "config.json").read_text())
     config["architectures"] = ["LlamaForCausalLM"]
     (draft / "config.json").write_text(json.dumps(config))
-    torch.save({"module": load_file(specforge_draft / "model.safetensors")}, draft / "pytorch_model.bin")
+    torch.save({"module": load_file(clean_draft / "model.safetensors")}, draft / "pytorch_model.bin")
 
     report = fix_checkpoint(draft, tmp_path / "out", target=target_dir, allow_pickle=True)
 

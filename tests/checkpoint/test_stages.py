@@ -63,10 +63,10 @@ def test_fix_keys_stage_turns_unreadable_input_into_checkpoint_invalid(tmp_path:
     assert "no *.safetensors" in caught.value.message
 
 
-def test_stages_refuse_paths_outside_allowed_roots(tmp_path: Path, specforge_draft: Path) -> None:
+def test_stages_refuse_paths_outside_allowed_roots(tmp_path: Path, clean_draft: Path) -> None:
     ctx, _ = _context(tmp_path, tmp_path / "only-here")
     with pytest.raises(StageError) as caught:
-        doctor.run(ctx, DoctorParams(draft=str(specforge_draft)))
+        doctor.run(ctx, DoctorParams(draft=str(clean_draft)))
     assert caught.value.reason is TerminationReason.PATH_NOT_ALLOWED
 
 

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -164,6 +165,26 @@ def test_truncated_file_is_named(tmp_path: Path, clean_draft: Path) -> None:
         fix_checkpoint(draft, tmp_path / "out")
     assert caught.value.path == weights
     assert not (tmp_path / "out").exists()
+
+
+def _dead_pid() -> int:
+    pid = 4_000_000
+    while psutil.pid_exists(pid):
+        pid -= 1
+    return pid
+
+
+def test_destination_set_aside_by_a_killed_swap_is_put_back(tmp_path: Path, clean_draft: Path) -> None:
+    """A run killed between its two renames left the old destination aside; the next run restores it."""
+    dest = tmp_path / "out"
+    aside = tmp_path / f".out.eyas-old-{_dead_pid()}"
+    aside.mkdir()
+    (aside / "keep.txt").write_text("old")
+
+    with pytest.raises(CheckpointError, match="already exists"):
+        fix_checkpoint(clean_draft, dest)
+    assert (dest / "keep.txt").read_text() == "old"
+    assert not aside.exists()
 
 
 @pytest.mark.parametrize(

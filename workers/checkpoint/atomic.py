@@ -75,6 +75,8 @@ def move_into_place(built: Path, dest: Path) -> None:
 
 def clean_stale(dest: Path) -> None:
     """Remove what dead runs left beside dest; restore a set-aside destination if dest is gone."""
+    if not dest.parent.is_dir():
+        return
     pattern = re.compile(rf"^\.{re.escape(dest.name)}\.({_TMP}|{_OLD})-(\d+)(?:-[0-9a-f]+)?$")
     for entry in sorted(dest.parent.iterdir()):
         match = pattern.match(entry.name)

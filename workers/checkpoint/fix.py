@@ -54,9 +54,9 @@ def fix_checkpoint(
     rules_for(sglang_version)  # refuse a malformed or unknown version before touching anything
     version = format_version(parse_version(sglang_version))
     source, dest = Path(source).absolute(), Path(dest).absolute()
+    atomic.clean_stale(dest)  # first: it may put back a destination a killed run had set aside
     atomic.check_paths(source, dest, force=force)
     target_model = load_target(Path(target)) if target is not None else None
-    atomic.clean_stale(dest)
     with atomic.workspace(dest) as work:
         checkpoint = _open_source(source, work, allow_pickle)
         report = FixReport(str(source), str(dest), version, written=False)

@@ -41,8 +41,12 @@ def percentile(values: list[float], pct: float) -> float:
 
 def summary_ms(values_s: list[float]) -> dict[str, float]:
     ms = [v * 1000 for v in values_s]
-    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 2), "p99_ms": round(percentile(ms, 99), 2),
-            "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan")}
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan"),
+    }
 
 
 def free_port() -> int:
@@ -64,8 +68,15 @@ def database() -> Iterator[str]:
 
 
 def make_settings(db_url: str, data_dir: Path, **overrides: object) -> Settings:
-    settings = Settings(database_url=db_url, broker_url=REDIS, queue_prefix=f"b{secrets.token_hex(3)}.",
-                        data_dir=data_dir, allowed_roots=[data_dir], api_maintenance=True, **overrides)
+    settings = Settings(
+        database_url=db_url,
+        broker_url=REDIS,
+        queue_prefix=f"b{secrets.token_hex(3)}.",
+        data_dir=data_dir,
+        allowed_roots=[data_dir],
+        api_maintenance=True,
+        **overrides,
+    )
     data_dir.mkdir(parents=True, exist_ok=True)
     db_upgrade(settings)
     return settings
@@ -88,8 +99,13 @@ def env_for(settings: Settings) -> dict[str, str]:
 
 
 @contextmanager
-def service(argv: list[str], settings: Settings, log: Path, ready_url: str | None = None,
-            ready_text: str | None = None) -> Iterator[object]:
+def service(
+    argv: list[str],
+    settings: Settings,
+    log: Path,
+    ready_url: str | None = None,
+    ready_text: str | None = None,
+) -> Iterator[object]:
     popen = proc.spawn([sys.executable, *argv], env=env_for(settings), cwd=ROOT, output=log)
     try:
         deadline = time.monotonic() + 60

@@ -24,15 +24,27 @@ def eyas_dispatch(jobs: int, tmp: Path, db_url: str) -> dict[str, object]:
     headers = {"Authorization": f"Bearer {admin_token(settings)}"}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with service(["-m", "cli.main", "api", "--port", str(port)], settings, tmp / "api.log",
-                 ready_url=f"{url}/healthz"), \
-         service(["-m", "cli.main", "worker", "--host-name", "bench"], settings, tmp / "worker.log",
-                 ready_text="ready."):
+    with (
+        service(
+            ["-m", "cli.main", "api", "--port", str(port)],
+            settings,
+            tmp / "api.log",
+            ready_url=f"{url}/healthz",
+        ),
+        service(
+            ["-m", "cli.main", "worker", "--host-name", "bench"],
+            settings,
+            tmp / "worker.log",
+            ready_text="ready.",
+        ),
+    ):
         http = httpx.Client(base_url=url, headers=headers, timeout=30)
         latencies, end_to_end = [], []
         for _ in range(jobs):
             started = time.perf_counter()
-            job = http.post("/v1/jobs", json={"kind": "selftest", "host": "bench", "params": {"lines": 0}}).json()
+            job = http.post(
+                "/v1/jobs", json={"kind": "selftest", "host": "bench", "params": {"lines": 0}}
+            ).json()
             assert "id" in job, job
             while True:
                 current = http.get(f"/v1/jobs/{job['id']}").json()
@@ -44,7 +56,10 @@ def eyas_dispatch(jobs: int, tmp: Path, db_url: str) -> dict[str, object]:
             done = http.get(f"/v1/jobs/{job['id']}/wait", params={"timeout": 60}).json()
             end_to_end.append(time.perf_counter() - started)
             assert done["state"] == "succeeded", done
-    return {"submit_to_running": summary_ms(latencies), "submit_to_succeeded_client_side": summary_ms(end_to_end)}
+    return {
+        "submit_to_running": summary_ms(latencies),
+        "submit_to_succeeded_client_side": summary_ms(end_to_end),
+    }
 
 
 def raw_celery(n: int, tmp: Path) -> dict[str, object]:
@@ -52,9 +67,24 @@ def raw_celery(n: int, tmp: Path) -> dict[str, object]:
     from _raw_celery import app, noop
 
     worker = proc.spawn(
-        [sys.executable, "-m", "celery", "-A", "_raw_celery", "worker", "--pool", "solo", "-Q", "bench.raw",
-         "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
-        cwd=ROOT / "bench", output=tmp / "raw.log",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "_raw_celery",
+            "worker",
+            "--pool",
+            "solo",
+            "-Q",
+            "bench.raw",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT / "bench",
+        output=tmp / "raw.log",
     )
     try:
         noop.delay().get(timeout=60)
@@ -82,8 +112,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, database() as db_url:
         eyas = eyas_dispatch(args.jobs, Path(tmp), db_url)
         raw = raw_celery(args.jobs, Path(tmp))
-    print(json.dumps({"benchmark": "dispatch", "jobs": args.jobs, "eyas": eyas, "raw_celery_same_redis": raw},
-                     indent=2))
+    print(
+        json.dumps(
+            {"benchmark": "dispatch", "jobs": args.jobs, "eyas": eyas, "raw_celery_same_redis": raw}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -58,22 +58,46 @@ def main() -> None:
         headers = {"Authorization": f"Bearer {token}"}
         api_port, bare_port = free_port(), free_port()
         api_url = f"http://127.0.0.1:{api_port}"
-        with service(["-m", "cli.main", "api", "--port", str(api_port)], settings, Path(tmp) / "api.log",
-                     ready_url=f"{api_url}/healthz"):
-            job = httpx.post(f"{api_url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=headers)
+        with service(
+            ["-m", "cli.main", "api", "--port", str(api_port)],
+            settings,
+            Path(tmp) / "api.log",
+            ready_url=f"{api_url}/healthz",
+        ):
+            job = httpx.post(
+                f"{api_url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=headers
+            )
             job_id = job.json()["id"] if job.status_code == 201 else None
             if job_id is None:  # no host registered: place it explicitly on a named host
                 raise SystemExit(job.text)
             eyas = asyncio.run(load(f"{api_url}/v1/jobs/{job_id}", headers, args.clients, args.seconds))
-        bare_argv = ["-m", "uvicorn", "bench._bare_app:app", "--port", str(bare_port), "--log-level", "info",
-                     "--no-access-log"]
-        with service(bare_argv, settings, Path(tmp) / "bare.log", ready_url=f"http://127.0.0.1:{bare_port}/job"):
+        bare_argv = [
+            "-m",
+            "uvicorn",
+            "bench._bare_app:app",
+            "--port",
+            str(bare_port),
+            "--log-level",
+            "info",
+            "--no-access-log",
+        ]
+        with service(
+            bare_argv, settings, Path(tmp) / "bare.log", ready_url=f"http://127.0.0.1:{bare_port}/job"
+        ):
             bare = asyncio.run(load(f"http://127.0.0.1:{bare_port}/job", {}, args.clients, args.seconds))
-    print(json.dumps({
-        "benchmark": "status_reads", "clients": args.clients, "seconds": args.seconds,
-        "eyas_get_job": eyas, "bare_fastapi": bare,
-        "throughput_ratio": round(eyas["requests_per_s"] / bare["requests_per_s"], 3),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "status_reads",
+                "clients": args.clients,
+                "seconds": args.seconds,
+                "eyas_get_job": eyas,
+                "bare_fastapi": bare,
+                "throughput_ratio": round(eyas["requests_per_s"] / bare["requests_per_s"], 3),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from app.logs.repository import LogRow
 
 logger = logging.getLogger("eyas.logship")
 _ROW_OVERHEAD = 48  # bytes of bookkeeping we count per line besides its text
+_MAX_BATCH_BYTES = 4 * 1024 * 1024  # one insert may carry a backlog this large
 
 
 @dataclass
@@ -53,6 +54,8 @@ class LogShipper:
         self._dropped_since_marker = 0
         self._stored: deque[tuple[int, int]] = deque()  # (last seq of a batch, its bytes) for retention
         self._stored_bytes = 0
+        # Batches stay well under the per-job limit so trimming can keep the newest ~90 % of it.
+        self._max_batch = min(_MAX_BATCH_BYTES, max(4096, settings.max_log_bytes_per_job // 10))
         self._cond = threading.Condition()
         self._closing = False
         self._file: IO[str] | None = _open_log_file(file_path)
@@ -79,8 +82,8 @@ class LogShipper:
     def line_sink(self) -> Callable[[str, str], None]:
         return self.on_line
 
-    def close(self, timeout_s: float = 60.0) -> None:
-        """Ship everything still pending; returns once stored (or after timeout_s, leaving the host file)."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Ship everything still pending; returns once it is stored (the job is recorded as ended after)."""
         with self._cond:
             if self._dropped_since_marker:
                 self._append(
@@ -119,7 +122,7 @@ class LogShipper:
                 return None if self._closing else []
             batch: list[LogRow] = []
             size = 0
-            while self._pending and size < self.settings.log_batch_bytes * 4:
+            while self._pending and size < self._max_batch:
                 row = self._pending.popleft()
                 batch.append(row)
                 size += len(row[3]) + _ROW_OVERHEAD
@@ -130,13 +133,15 @@ class LogShipper:
 
     def _ship(self, batch: list[LogRow]) -> None:
         delay = 0.05
+        retry = False
         while True:
             try:
                 with session_scope(self.settings) as session:
-                    repository.insert_lines(session, self.job_id, batch)
+                    repository.insert_lines(session, self.job_id, batch, maybe_stored=retry)
                 break
             except Exception as exc:  # the database may be restarting: keep the batch and retry
                 logger.warning("log batch for job %s not stored yet (%s); retrying", self.job_id, exc)
+                retry = True  # the failed attempt may have committed before its answer was lost
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self.stats.batches += 1

@@ -54,9 +54,11 @@ def test_every_line_is_stored_once_with_increasing_seq(settings: Settings, tmp_p
 def test_a_retried_batch_does_not_duplicate_lines(settings: Settings) -> None:
     job_id = make_job(settings)
     batch = [(1, utcnow(), "stdout", "a"), (2, utcnow(), "stdout", "b")]
+    with session_scope(settings) as session:
+        repository.insert_lines(session, job_id, batch)
     for _ in range(3):
         with session_scope(settings) as session:
-            repository.insert_lines(session, job_id, batch)
+            repository.insert_lines(session, job_id, batch, maybe_stored=True)
     assert stored(settings, job_id) == [(1, "a"), (2, "b")]
 
 
@@ -105,3 +107,19 @@ def test_logs_of_jobs_ended_past_the_retention_age_are_deleted(settings: Setting
     assert stored(settings, old) == []
     assert stored(settings, recent) == [(1, "x")]
     assert stored(settings, running) == [(1, "x")]
+
+
+def test_a_first_attempt_that_meets_stored_lines_fails_so_the_retry_path_runs(settings: Settings) -> None:
+    import pytest
+
+    from app.logs.repository import LinesAlreadyStored
+
+    job_id = make_job(settings)
+    batch = [(1, utcnow(), "stdout", "a\tb\\c\nd")]
+    with session_scope(settings) as session:
+        repository.insert_lines(session, job_id, batch)
+    with pytest.raises(LinesAlreadyStored), session_scope(settings) as session:
+        repository.insert_lines(session, job_id, batch)
+    assert stored(settings, job_id) == [
+        (1, "a\tb\\c\nd")
+    ]  # COPY escaping round-trips tabs, backslashes, newlines

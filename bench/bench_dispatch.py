@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import httpx
-
 from _harness import ROOT, admin_token, database, free_port, make_settings, service, summary_ms
+
 from workers import proc
 
 

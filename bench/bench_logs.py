@@ -23,7 +23,6 @@ from pathlib import Path
 import httpx
 import psutil
 import psycopg
-
 from _harness import admin_token, database, free_port, make_settings, service, summary_ms
 
 

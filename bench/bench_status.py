@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from _harness import (
     admin_token,
     database,

@@ -20,7 +20,7 @@ LogRow = tuple[int, datetime, str, str]  # seq, ts, stream, text
 def insert_lines(
     session: Session, job_id: uuid.UUID, rows: Sequence[LogRow], *, maybe_stored: bool = False
 ) -> None:
-    """Insert a batch. A retried batch (maybe_stored) skips lines already stored, so shipping is idempotent."""
+    """Insert a batch; a retry (maybe_stored) skips lines already stored, so shipping is idempotent."""
     if not rows:
         return
     if session.get_bind().dialect.name == "postgresql":

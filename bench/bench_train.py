@@ -1,0 +1,211 @@
+"""Training throughput of eyas's EAGLE-3 trainer step, and its model FLOPs utilisation.
+
+Default shape: a drafter for an 8B target (H 4096, intermediate 14,336, 32/8 heads, vocab 128,256, draft vocab
+32k), TTT 7, seq 2048, bf16, on one GPU. It runs the real `Trainer.step` (target soft targets from a random
+lm_head, the 7-step unroll with the real TTT attention, soft cross-entropy, AdamW) on synthetic batches, and
+measures the bf16 matmul peak in the same process, so the MFU does not depend on a datasheet figure.
+
+    python bench/bench_train.py [--batch 2] [--seq 2048] [--compile]   # GPU
+    python bench/bench_train.py --small                                  # CPU, under a minute
+
+Prints one JSON object. Model FLOPs count the drafter only (fc, 7 x (qkv, o, MLP, lm_head, causal
+attention)), x3 for forward + backward; the target head's full-vocab matmul is extra work, reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workers.ml.drafter import Eagle3Drafter  # noqa: E402
+from workers.ml.target_head import TargetHead  # noqa: E402
+from workers.ml.train_data import Batch  # noqa: E402
+from workers.ml.trainer import OptimSettings, Trainer, make_optimizer  # noqa: E402
+
+EIGHT_B = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "draft_vocab_size": 32000,
+}
+SMALL = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 4096,
+    "draft_vocab_size": 1024,
+}
+
+
+def drafter_config(shape: dict[str, int]) -> dict[str, Any]:
+    return {
+        **shape,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "head_dim": shape["hidden_size"] // shape["num_attention_heads"],
+        "num_hidden_layers": 1,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]},
+    }
+
+
+def model_flops_per_token(shape: dict[str, int], seq: int, ttt: int) -> float:
+    h, inter = shape["hidden_size"], shape["intermediate_size"]
+    heads, kv = shape["num_attention_heads"], shape["num_key_value_heads"]
+    head_dim = h // heads
+    per_pass = (
+        2 * (2 * h) * (heads + 2 * kv) * head_dim  # q/k/v from the 2H input
+        + 2 * h * h  # o_proj
+        + 3 * 2 * h * inter  # gate, up, down
+        + 2 * h * shape["draft_vocab_size"]  # lm_head
+        + 2 * seq * h  # causal attention: QK^T and PV over half the sequence on average
+    )
+    return 3.0 * (2 * 3 * h * h + ttt * per_pass)  # fc once; forward + backward = 3 x forward
+
+
+def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    _sync(device)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    _sync(device)
+    return 2 * size**3 * repeats / (time.perf_counter() - started) / 1e12
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def build(
+    shape: dict[str, int], args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+) -> Trainer:
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter(drafter_config(shape))
+    drafter.set_vocab_mapping(
+        torch.arange(shape["draft_vocab_size"]) * 3 - torch.arange(shape["draft_vocab_size"])
+    )
+    drafter.to(device)
+    drafter.embed_tokens.to(dtype)
+    h, vocab = shape["hidden_size"], shape["vocab_size"]
+    head = TargetHead(
+        torch.empty(0),
+        torch.ones(h, device=device),
+        torch.randn(vocab, h, device=device, dtype=dtype) * 0.02,
+        1e-5,
+    )
+    settings = OptimSettings(
+        lr=1e-4, warmup_steps=0, total_steps=1000, schedule="constant", weight_decay=0.0, grad_clip=0.5
+    )
+    optimizer, scheduler = make_optimizer(drafter, settings, device)
+    if args.compile:
+        drafter.compile()
+    return Trainer(
+        drafter,
+        head,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        settings=settings,
+        ttt_steps=args.ttt,
+        step_decay=0.8,
+        attention=args.attention,
+        compute_dtype=dtype,
+        device=device,
+    )
+
+
+def synthetic_batch(shape: dict[str, int], args: argparse.Namespace, device: torch.device) -> Batch:
+    b, s, h = args.batch, args.seq, shape["hidden_size"]
+    return Batch(
+        input_ids=torch.randint(0, shape["vocab_size"], (b, s), device=device),
+        loss_mask=torch.ones(b, s, dtype=torch.bool, device=device),
+        hidden=torch.randn(b, s, 4, h, device=device, dtype=torch.bfloat16),
+        lengths=torch.full((b,), s, device=device),
+    )
+
+
+def time_steps(trainer: Trainer, batch: Batch, warmup: int, steps: int) -> float:
+    for i in range(warmup):
+        trainer.step(batch, i)
+    _sync(trainer.device)
+    started = time.perf_counter()
+    for i in range(steps):
+        trainer.step(batch, warmup + i)
+    _sync(trainer.device)
+    return (time.perf_counter() - started) / steps
+
+
+def time_target_head(trainer: Trainer, batch: Batch, repeats: int) -> float:
+    trainer.head.distribution(batch.hidden[:, :, 3], trainer.draft_ids)
+    _sync(trainer.device)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        trainer.head.distribution(batch.hidden[:, :, 3], trainer.draft_ids)
+    _sync(trainer.device)
+    return (time.perf_counter() - started) / repeats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", action="store_true", help="tiny shape on CPU, float32")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--ttt", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--attention", choices=["auto", "dense", "flex"], default="auto")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the drafter module")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available() and not args.small
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    shape = EIGHT_B if not args.small else SMALL
+    if args.small:
+        args.seq, args.batch, args.steps, args.warmup = min(args.seq, 256), 1, 3, 1
+    peak = matmul_peak_tflops(device, dtype, 8192 if cuda else 1024, 50 if cuda else 5)
+    trainer = build(shape, args, device, dtype)
+    batch = synthetic_batch(shape, args, device)
+    step_s = time_steps(trainer, batch, args.warmup, args.steps)
+    head_s = time_target_head(trainer, batch, 5)
+    tokens = args.batch * args.seq
+    flops = model_flops_per_token(shape, args.seq, args.ttt) * tokens
+    result = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
+        "shape": shape,
+        "batch": args.batch,
+        "seq": args.seq,
+        "ttt": args.ttt,
+        "attention": args.attention,
+        "compiled": args.compile,
+        "step_ms": round(step_s * 1e3, 1),
+        "tokens_per_s": round(tokens / step_s),
+        "model_tflops": round(flops / step_s / 1e12, 4),
+        "matmul_peak_tflops": round(peak, 1),
+        "mfu": round(flops / step_s / 1e12 / peak, 3),
+        "target_head_ms": round(head_s * 1e3, 1),
+        "target_head_share": round(head_s / step_s, 3),
+    }
+    if cuda:
+        result["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

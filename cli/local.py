@@ -96,7 +96,9 @@ def up(
         proc.terminate_group(worker.pid, grace_s=10, popen=worker)
 
 
-def _wait_for_host(settings: Settings, name: str, worker: Popen[bytes], log: Path, timeout_s: float = 90) -> None:
+def _wait_for_host(
+    settings: Settings, name: str, worker: Popen[bytes], log: Path, timeout_s: float = 90
+) -> None:
     """Jobs placed right after `eyas up` need the local host registered, so wait for its first heartbeat."""
     from app.hosts import repository as hosts
 

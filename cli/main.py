@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import local, remote
+from cli import checkpoints, local, remote
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=True, help="eyas: train EAGLE-3 drafters, serve them with SGLang."
@@ -21,6 +21,8 @@ app.command()(remote.wait)
 app.command()(remote.cancel)
 app.command()(remote.hosts)
 app.command()(remote.logs)
+app.command()(checkpoints.doctor)
+app.command("fix-keys")(checkpoints.fix_keys)
 token.command("create")(remote.token_create)
 token.command("list")(remote.token_list)
 token.command("revoke")(remote.token_revoke)

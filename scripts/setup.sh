@@ -10,9 +10,11 @@ fi
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 # torch==2.13.0 (pinned in pyproject) resolves to the CPU wheel on this machine's disk; a looser pin would
 # download several GB of CUDA. sglang and speculators come --no-deps: their full dependency sets pin a
-# different torch. We need sglang only for its argument parser and speculators for its checkpoint format.
+# different torch. We need sglang only for its argument parser, speculators and specforge for their
+# checkpoint formats (tests save drafters with their own classes).
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,test]'
-.venv/bin/pip install -q --disable-pip-version-check --no-deps sglang==0.5.23 speculators==0.9.0 hs-connectors==0.9.0
+.venv/bin/pip install -q --disable-pip-version-check --no-deps sglang==0.5.23 speculators==0.9.0 hs-connectors==0.9.0 \
+  specforge==0.2.0
 rm -f .venv/.eyas-setup-*
 touch "$STAMP"
 echo "setup: .venv ready"

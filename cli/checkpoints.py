@@ -44,7 +44,7 @@ def fix_keys(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Convert a speculators (`layers.0.*`) or EAGLE/SpecForge (`midlayer.*`) drafter to the layout every
-    SGLang 0.5.x loads, then run the doctor on it. Exit 1 (and DEST untouched) when the result has an error."""
+    SGLang 0.5.x loads, then run the doctor on it. Exit 1, DEST untouched, when the result has an error."""
     from workers.checkpoint import CheckpointError, fix_checkpoint
 
     try:

@@ -16,11 +16,13 @@ which is what makes the unroll affordable at seq 2048+ on a GPU. Both give the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+
+from workers.ml._compiled import CompiledOnCuda
 
 AttentionBackend = Literal["auto", "dense", "flex"]
 
@@ -67,8 +69,7 @@ def _ttt_dense(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Ten
 def _ttt_flex(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
     seq = q.shape[2]
     block_mask = _block_mask(seq, len(keys), q.device)
-    attend = _compiled_flex() if q.is_cuda else _eager_flex()
-    out = attend(
+    out = _flex_attention(
         q,
         torch.cat(keys, dim=2),
         torch.cat(values, dim=2),
@@ -97,14 +98,11 @@ def _block_mask(seq: int, steps: int, device: torch.device) -> Any:
     return create_block_mask(_ttt_mask_mod(seq), None, None, seq, steps * seq, device=device)
 
 
-@cache
-def _compiled_flex() -> Callable[..., Any]:
+def _flex(*args: Any, **kwargs: Any) -> Any:
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention)
+    return flex_attention(*args, **kwargs)
 
 
-def _eager_flex() -> Callable[..., Any]:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return flex_attention
+# Compiled, FlexAttention is a fused block-sparse kernel; eager, it materialises the scores (CPU tests only).
+_flex_attention = CompiledOnCuda(_flex)

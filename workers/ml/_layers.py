@@ -9,6 +9,8 @@ positions, and logits are `lm_head(norm(h))` while the pre-norm `h` is what the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -80,16 +82,16 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(2 * hidden, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
 
-    def project_qkv(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [B, heads, S, d] and k, v [B, kv_heads, S, d], rope applied to q and k.
+    def fused_weight(self) -> torch.Tensor:
+        """q, k and v stacked: one wide GEMM instead of three narrow ones."""
+        return torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
 
-        One matmul against the concatenated weights: three narrow GEMMs would waste GPU throughput.
-        """
+    def project_qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qkv_weight: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, heads, S, d] and k, v [B, kv_heads, S, d], rope applied to q and k."""
         batch, seq, _ = x.shape
-        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        qkv = F.linear(x, weight)
+        qkv = F.linear(x, self.fused_weight() if qkv_weight is None else qkv_weight)
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
@@ -109,10 +111,19 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = F.linear(x, torch.cat([self.gate_proj.weight, self.up_proj.weight]))
+    def fused_weight(self) -> torch.Tensor:
+        return torch.cat([self.gate_proj.weight, self.up_proj.weight])
+
+    def forward(self, x: torch.Tensor, gate_up_weight: torch.Tensor | None = None) -> torch.Tensor:
+        gate_up = F.linear(x, self.fused_weight() if gate_up_weight is None else gate_up_weight)
         gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
+
+
+@dataclass(frozen=True)
+class FusedWeights:
+    qkv: torch.Tensor
+    gate_up: torch.Tensor
 
 
 class DecoderLayer(nn.Module):
@@ -130,10 +141,24 @@ class DecoderLayer(nn.Module):
     def attention_input(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
 
-    def finish(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    def fused_weights(self, dtype: torch.dtype | None) -> FusedWeights:
+        """The stacked qkv and gate/up weights, built once per unroll rather than once per TTT step.
+
+        Under autocast they are cast here too: autocast caches casts of parameters, but not of these
+        derived tensors, so each step would otherwise re-read and re-cast ~0.7 GB for an 8B-sized drafter.
+        """
+        qkv, gate_up = self.self_attn.fused_weight(), self.mlp.fused_weight()
+        if dtype is not None:
+            qkv, gate_up = qkv.to(dtype), gate_up.to(dtype)
+        return FusedWeights(qkv, gate_up)
+
+    def finish(
+        self, hidden: torch.Tensor, attended: torch.Tensor, weights: FusedWeights | None = None
+    ) -> torch.Tensor:
         """Residual adds around attention and MLP; returns the pre-norm output."""
         hidden = hidden + self.self_attn.output(attended)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        gate_up = weights.gate_up if weights is not None else None
+        return hidden + self.mlp(self.post_attention_layernorm(hidden), gate_up)
 
     def causal(
         self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor

@@ -163,14 +163,15 @@ class Eagle3Drafter(nn.Module):
         seq = input_ids.shape[1]
         base_positions = torch.arange(seq, device=input_ids.device)[None]
         layer, keys, values, outputs = self.midlayer, [], [], []
+        weights = layer.fused_weights(_autocast_dtype(hidden))
         for step in range(steps):
             step_ids = _shift_left(input_ids, step)
             cos, sin = self.rotary(base_positions + step, hidden.dtype)
             x = layer.attention_input(self._embed(step_ids, hidden), hidden)
-            q, k, v = layer.self_attn.project_qkv(x, cos, sin)
+            q, k, v = layer.self_attn.project_qkv(x, cos, sin, weights.qkv)
             keys.append(k)
             values.append(v)
-            hidden = layer.finish(hidden, _attention.ttt(q, keys, values, attention))
+            hidden = layer.finish(hidden, _attention.ttt(q, keys, values, attention), weights)
             outputs.append(hidden)
         return outputs
 
@@ -180,6 +181,11 @@ def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if torch.is_autocast_enabled(x.device.type):
         return x
     return x.to(weight.dtype)
+
+
+def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
+    device_type = x.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
 def _shift_left(ids: torch.Tensor, by: int) -> torch.Tensor:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
+from workers.ml._compiled import CompiledOnCuda
 from workers.ml.drafter import Eagle3Drafter
 
 
@@ -76,9 +76,7 @@ def ttt_objective(
         target_ids = targets.argmax[:, 1 + step : 1 + step + usable]
         counted = targets.loss_mask[:, 2 + step : 2 + step + usable]
         trained = counted & targets.in_draft[:, 1 + step : 1 + step + usable]
-        ce = F.cross_entropy(
-            logits.flatten(0, 1).float(), target_probs.flatten(0, 1).float(), reduction="none"
-        )
+        ce = _soft_cross_entropy(logits.flatten(0, 1), target_probs.flatten(0, 1))
         loss_sum = (ce.view_as(trained) * trained).sum()
         total = total + weight * loss_sum / trained.sum().clamp(min=1)
         with torch.no_grad():
@@ -90,6 +88,16 @@ def ttt_objective(
             stats.chain_correct.append((chain_ok & counted).sum())
             stats.count.append(counted.sum())
     return total, stats
+
+
+def soft_cross_entropy(logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """-sum_v p_v log softmax(logits)_v per row, in float32 (forward KL to the target, up to a constant)."""
+    return -(probs.float() * torch.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
+
+
+# Compiled on a GPU the float32 upcast stays inside fused kernels instead of materialising [tokens, vocab]
+# float32 copies at every TTT step.
+_soft_cross_entropy = CompiledOnCuda(soft_cross_entropy, dynamic=True)
 
 
 def summarise(sums: torch.Tensor, step_weights: list[float]) -> dict[str, float]:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from app.artifacts.router import router as artifacts_router
 from app.health.router import router as health_router
 from app.hosts.router import router as hosts_router
 from app.jobs.router import router as jobs_router
 from app.logs.router import router as logs_router
+from app.servers.router import router as servers_router
 from app.tokens.router import router as tokens_router
 
 
 def include_routers(app: FastAPI) -> None:
-    for router in (health_router, jobs_router, logs_router, hosts_router, tokens_router):
+    for router in (
+        health_router,
+        jobs_router,
+        logs_router,
+        hosts_router,
+        servers_router,
+        artifacts_router,
+        tokens_router,
+    ):
         app.include_router(router)

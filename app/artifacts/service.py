@@ -41,3 +41,22 @@ def get_artifact(session: Session, artifact_id: uuid.UUID) -> Artifact:
     if artifact is None:
         raise AppError(ErrorCode.NOT_FOUND, f"no artifact {artifact_id}")
     return artifact
+
+
+def list_artifacts(
+    session: Session, *, kind: str | None, job_id: uuid.UUID | None, limit: int
+) -> list[Artifact]:
+    return repository.page(session, kind=kind, job_id=job_id, limit=limit)
+
+
+def ancestors(session: Session, artifact: Artifact, *, limit: int = 100) -> list[Artifact]:
+    """Every artifact this one was made from, transitively (nearest first)."""
+    seen: dict[uuid.UUID, Artifact] = {}
+    frontier = [uuid.UUID(p) for p in artifact.parent_ids]
+    while frontier and len(seen) < limit:
+        parent = repository.get(session, frontier.pop(0))
+        if parent is None or parent.id in seen:
+            continue
+        seen[parent.id] = parent
+        frontier += [uuid.UUID(p) for p in parent.parent_ids]
+    return list(seen.values())

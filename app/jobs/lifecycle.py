@@ -19,6 +19,7 @@ from app.jobs import repository
 from app.jobs.states import ACTIVE, TERMINAL, JobState, TransitionConflict, transition
 from app.models.base import utcnow
 from app.models.job import Job
+from app.servers import service as servers_service
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ def finish(session: Session, settings: Settings, *, job_id: uuid.UUID, outcome: 
     if outcome.state == JobState.SUCCEEDED:
         job.progress = 1.0
     transition(session, job, outcome.state, reason=outcome.reason, message=outcome.message)
+    if job.kind == "benchmark" and outcome.result and outcome.result.get("rows") is not None:
+        servers_service.record_benchmark(session, job_id=job.id, summary=outcome.result)
     settle_dependents(session, settings, job)
 
 

@@ -70,3 +70,44 @@ def record_benchmark(
     )
     repository.add_benchmark(session, result)
     return result
+
+
+def list_servers(session: Session, *, state: str | None, limit: int) -> list[Server]:
+    return repository.all_servers(session, state=state, limit=limit)
+
+
+def list_benchmarks(session: Session, *, limit: int) -> list[BenchmarkResult]:
+    return repository.benchmarks(session, limit=limit)
+
+
+def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult:
+    result = repository.get_benchmark(session, benchmark_id)
+    if result is None:
+        raise AppError(ErrorCode.NOT_FOUND, f"no benchmark {benchmark_id}")
+    return result
+
+
+def benchmark_csv(result: BenchmarkResult) -> str:
+    """The comparison table as CSV, one row per depth (the baseline has an empty depth)."""
+    rows = result.summary.get("rows") or []
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns and not isinstance(row[c], dict | list)]
+    lines = [",".join(columns)]
+    for row in rows:
+        lines.append(",".join(_csv_cell(row.get(c)) for c in columns))
+    return "\n".join(lines) + "\n"
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    text = str(value)
+    if any(ch in text for ch in ',"\n') or text[:1] in ("=", "+", "-", "@"):
+        text = '"' + text.replace('"', '""') + '"'  # quoted, and formula-looking cells stay text
+    return text
+
+
+def mark_stopping(session: Session, server: Server) -> None:
+    if server.state not in _FINAL:
+        server.state = "stopping"

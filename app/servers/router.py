@@ -1,0 +1,100 @@
+"""/v1/servers and /v1/benchmarks: inference servers started by launch jobs, and benchmark tables."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, status
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from app.core.deps import ReadPrincipal, SessionDep, SubmitPrincipal
+from app.jobs import service as jobs
+from app.logs import router as logs_router
+from app.logs import service as logs
+from app.logs.schemas import LogPage
+from app.servers import service
+from app.servers.schemas import BenchmarkRead, ServerRead
+
+router = APIRouter(tags=["servers"])
+
+
+@router.get("/v1/servers", response_model=list[ServerRead])
+def list_servers(
+    session: SessionDep,
+    _: ReadPrincipal,
+    state: Literal["starting", "ready", "failed", "stopping", "stopped"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> list[ServerRead]:
+    """Servers, newest first."""
+    return [ServerRead.model_validate(s) for s in service.list_servers(session, state=state, limit=limit)]
+
+
+@router.get("/v1/servers/{server_id}", response_model=ServerRead)
+def get_server(server_id: uuid.UUID, session: SessionDep, _: ReadPrincipal) -> ServerRead:
+    """One server: state, URL, argv, pid, GPUs, draft, last acceptance length seen in its log."""
+    return ServerRead.model_validate(service.get_server(session, server_id))
+
+
+@router.post("/v1/servers/{server_id}/stop", response_model=ServerRead, status_code=status.HTTP_202_ACCEPTED)
+def stop_server(server_id: uuid.UUID, session: SessionDep, _: SubmitPrincipal) -> ServerRead:
+    """Stop a server: its launch job is cancelled (SIGTERM, SIGKILL after a grace period, lease freed)."""
+    server = service.get_server(session, server_id)
+    jobs.request_cancel(session, job_id=server.job_id, reason="USER_CANCELLED")
+    service.mark_stopping(session, server)
+    return ServerRead.model_validate(server)
+
+
+@router.get("/v1/servers/{server_id}/logs", response_model=LogPage)
+def server_logs(
+    server_id: uuid.UUID,
+    session: SessionDep,
+    _: ReadPrincipal,
+    cursor: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=logs.MAX_PAGE_LINES)] = 1000,
+    tail: Annotated[int | None, Query(ge=1, le=logs.MAX_PAGE_LINES)] = None,
+    format: Literal["json", "text"] = "json",
+) -> LogPage | PlainTextResponse:
+    """The server's log: its launch job's log."""
+    server = service.get_server(session, server_id)
+    page = logs.read_page(session, server.job_id, cursor=cursor, limit=limit, tail=tail, stream=None)
+    return PlainTextResponse(logs.render_text(page)) if format == "text" else page
+
+
+@router.get("/v1/servers/{server_id}/logs/stream", responses={200: {"content": {"text/event-stream": {}}}})
+def server_log_stream(
+    server_id: uuid.UUID, request: Request, session: SessionDep, principal: ReadPrincipal, cursor: int = 0
+) -> StreamingResponse:
+    """Follow the server's log live (SSE), as for jobs."""
+    server = service.get_server(session, server_id)
+    return logs_router.stream_logs(
+        server.job_id,
+        request,
+        session,
+        principal,
+        cursor=cursor,
+        last_event_id=request.headers.get("last-event-id"),
+    )
+
+
+@router.get("/v1/benchmarks", response_model=list[BenchmarkRead])
+def list_benchmarks(
+    session: SessionDep, _: ReadPrincipal, limit: Annotated[int, Query(ge=1, le=500)] = 100
+) -> list[BenchmarkRead]:
+    """Benchmark results, newest first."""
+    return [BenchmarkRead.model_validate(b) for b in service.list_benchmarks(session, limit=limit)]
+
+
+@router.get(
+    "/v1/benchmarks/{benchmark_id}",
+    response_model=BenchmarkRead,
+    responses={200: {"content": {"text/csv": {}}}},
+)
+def get_benchmark(
+    benchmark_id: uuid.UUID, session: SessionDep, _: ReadPrincipal, format: Literal["json", "csv"] = "json"
+) -> BenchmarkRead | PlainTextResponse:
+    """One benchmark: its comparison table (speedup vs the no-speculation baseline), as JSON or CSV."""
+    result = service.get_benchmark(session, benchmark_id)
+    if format == "csv":
+        return PlainTextResponse(service.benchmark_csv(result), media_type="text/csv")
+    return BenchmarkRead.model_validate(result)

@@ -1,0 +1,163 @@
+"""Extraction throughput of eyas's extract engine beside its two physical limits, measured in one run.
+
+Default shape: a ~1.5B random-init Llama (hidden 2048, 16 layers, intermediate 8192, 16/8 heads, vocab
+128,256), bf16, batches of 8 x 2048 tokens on one GPU. Three figures:
+
+* bare forward: the decoder stack alone, no capture, nothing copied back;
+* disk: sequential write bandwidth of the output folder (threads writing large files, then a sync);
+* extract: the real engine (`extract_batches`: capture hooks, pinned side-stream copy, `AsyncWriter`
+  threads), including the final sync, so the bytes are on disk when the clock stops.
+
+The physical limit is min(bare forward, disk bandwidth / bytes per token); `fraction_of_limit` is what the
+engine reaches of it.
+
+    python bench/bench_extract.py [--dir /path/on/the/output/disk] [--batches 12]   # GPU
+    python bench/bench_extract.py --small                                            # CPU, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workers.ml._writer import AsyncWriter  # noqa: E402
+from workers.ml.capture import decoder_of, extraction_indices  # noqa: E402
+from workers.ml.extraction import PendingSample, extract_batches  # noqa: E402
+from workers.ml.hidden_store import HIDDEN_DIR, bytes_per_token  # noqa: E402
+
+FULL = {
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 4096,
+}
+SMALL = {**FULL, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 8}
+SMALL.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bare_forward(model: torch.nn.Module, ids: torch.Tensor, batches: int) -> float:
+    decoder = decoder_of(model)
+    with torch.inference_mode():
+        for _ in range(2):
+            decoder(input_ids=ids, use_cache=False)
+        _sync(ids.device)
+        started = time.perf_counter()
+        for _ in range(batches):
+            decoder(input_ids=ids, use_cache=False)
+        _sync(ids.device)
+    return ids.numel() * batches / (time.perf_counter() - started)
+
+
+def disk_bandwidth(folder: Path, total_bytes: int, threads: int) -> float:
+    """Bytes/s of `threads` writers each streaming 64 MB files from memory, synced at the end."""
+    block = bytearray(os.urandom(1 << 20)) * 64
+    files = max(1, total_bytes // len(block))
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def write(worker: int) -> None:
+        for i in range(worker, files, threads):
+            with (folder / f"blob_{i}").open("wb") as handle:
+                handle.write(block)
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=write, args=(w,)) for w in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    os.sync()
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(folder)
+    return files * len(block) / elapsed
+
+
+def engine(model: torch.nn.Module, args: argparse.Namespace, folder: Path, device: torch.device) -> float:
+    layers = model.config.num_hidden_layers
+    indices = extraction_indices([2, layers // 2, layers - 3], layers)
+    vocab = model.config.vocab_size
+    samples = [
+        PendingSample(i, torch.randint(0, vocab, (args.seq,)).tolist())
+        for i in range(args.batch * args.batches)
+    ]
+    batches = [samples[i : i + args.batch] for i in range(0, len(samples), args.batch)]
+    (folder / HIDDEN_DIR).mkdir(parents=True, exist_ok=True)
+    writer = AsyncWriter(folder, threads=args.writers, depth=args.depth)
+    started = time.perf_counter()
+    extract_batches(
+        model,
+        batches,
+        indices=indices,
+        device=device,
+        writer=writer,
+        check_cancelled=lambda: None,
+        on_written=lambda done: None,
+    )
+    writer.close()
+    os.sync()
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(folder)
+    return len(samples) * args.seq / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", action="store_true", help="tiny model on CPU")
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="a folder on the disk to measure")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--depth", type=int, default=4)
+    args = parser.parse_args()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cuda = torch.cuda.is_available() and not args.small
+    device, dtype = (torch.device("cuda"), torch.bfloat16) if cuda else (torch.device("cpu"), torch.float32)
+    if args.small:
+        args.batch, args.seq, args.batches = 4, 256, 6
+    config = LlamaConfig(**(SMALL if args.small else FULL))
+    model = LlamaForCausalLM(config).to(device, dtype).eval()
+    ids = torch.randint(0, config.vocab_size, (args.batch, args.seq), device=device)
+    per_token = bytes_per_token(config.hidden_size, dtype)
+    work = Path(tempfile.mkdtemp(prefix="eyas-bench-", dir=args.dir))
+    forward = bare_forward(model, ids, args.batches)
+    disk = disk_bandwidth(work / "disk", per_token * args.batch * args.seq * args.batches, args.writers)
+    extract = engine(model, args, work / "extract", device)
+    limit = min(forward, disk / per_token)
+    work.rmdir()
+    print(json.dumps({
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "params_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 2),
+        "batch": args.batch, "seq": args.seq, "batches": args.batches, "writers": args.writers,
+        "bytes_per_token": per_token,
+        "bare_forward_tok_s": round(forward),
+        "disk_write_gb_s": round(disk / 1e9, 3),
+        "disk_limit_tok_s": round(disk / per_token),
+        "extract_tok_s": round(extract),
+        "limit_tok_s": round(limit),
+        "fraction_of_limit": round(extract / limit, 3),
+        "bound_by": "disk" if disk / per_token < forward else "forward",
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh
+# docker-compose validates docker-compose.yml in the tests (no Docker engine runs here; nothing starts)
+command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } || true
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
 .venv/bin/mypy app workers cli

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from workers.ml._compiled import CompiledOnCuda
 
@@ -93,16 +94,8 @@ def _ttt_mask_mod(seq: int) -> Callable[[Any, Any, Any, Any], Any]:
 def _block_mask(seq: int, steps: int, device: torch.device) -> Any:
     """The same mask serves every batch of this length; rebuilding it per call would waste a
     launch storm per step."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     return create_block_mask(_ttt_mask_mod(seq), None, None, seq, steps * seq, device=device)
 
 
-def _flex(*args: Any, **kwargs: Any) -> Any:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return flex_attention(*args, **kwargs)
-
-
 # Compiled, FlexAttention is a fused block-sparse kernel; eager, it materialises the scores (CPU tests only).
-_flex_attention = CompiledOnCuda(_flex)
+_flex_attention = CompiledOnCuda(flex_attention)

@@ -28,6 +28,9 @@ from workers.stages.base import StageContext, StageError, TerminationReason
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 RUN_FILE = "run.json"
+# Batches are padded to a multiple of FlexAttention's block size on a GPU: fewer distinct shapes for the
+# compiled kernels (dynamo turns to dynamic shapes after the first few), no partial blocks.
+CUDA_PAD_MULTIPLE = 128
 # Params that define the run: resuming with any of them changed cannot continue it exactly.
 _RUN_DEFINING = (
     "epochs", "ttt_steps", "step_decay", "batch_size", "max_len", "lr", "warmup_ratio", "warmup_steps",
@@ -225,7 +228,7 @@ def _loop_plan(
         log_every=params.log_every,
         max_steps=params.max_steps,
         loader_workers=params.loader_workers,
-        pad_multiple=64 if inputs.device.type == "cuda" else 1,
+        pad_multiple=CUDA_PAD_MULTIPLE if inputs.device.type == "cuda" else 1,
         total_steps=params.epochs * len(batches),
     )
 

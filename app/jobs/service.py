@@ -44,7 +44,7 @@ def submit_job(
         if existing is not None:
             return existing, False
     params = validate_params(spec.kind, spec.params)
-    gpus = spec.gpus if spec.gpus is not None else (1 if params.needs_gpus() else 0)
+    gpus = spec.gpus if spec.gpus is not None else params.gpus_needed()
     host = hosts_service.place(session, settings, gpus=gpus, host=spec.host)
     _check_paths_allowed(session, host, params)
     deps = _checked_dependencies(session, spec.depends_on)

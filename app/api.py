@@ -10,6 +10,7 @@ from app.hosts.router import router as hosts_router
 from app.jobs.router import router as jobs_router
 from app.logs.router import router as logs_router
 from app.metrics.router import router as metrics_router
+from app.pipelines.router import router as pipelines_router
 from app.servers.router import router as servers_router
 from app.tokens.router import router as tokens_router
 
@@ -24,5 +25,6 @@ def include_routers(app: FastAPI) -> None:
         artifacts_router,
         tokens_router,
         metrics_router,
+        pipelines_router,
     ):
         app.include_router(router)

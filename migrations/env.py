@@ -7,6 +7,7 @@ from sqlalchemy import create_engine, pool
 
 from app.core.config import get_settings
 from app.models import Base
+from app.models.base import UtcDateTime
 
 target_metadata = Base.metadata
 
@@ -32,8 +33,17 @@ def run_online() -> None:
         _run(connection)
 
 
+def _render_item(kind: str, obj: object, autogen_context: object) -> str | bool:
+    # Migrations must not import app code: render eyas's UTC column type as the plain type it wraps.
+    if kind == "type" and isinstance(obj, UtcDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
+
+
 def _run(connection: object) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    context.configure(
+        connection=connection, target_metadata=target_metadata, render_as_batch=True, render_item=_render_item
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -31,6 +31,7 @@ PG_ADMIN_URL = os.environ.get("EYAS_TEST_PG", "postgresql://postgres@127.0.0.1:5
 REDIS_URL = os.environ.get("EYAS_TEST_REDIS", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = (
+    "pipeline",
     "log_line",
     "job_metric",
     "job_event",

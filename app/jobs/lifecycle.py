@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
+from app.core.errors import AppError
 from app.core.queue import enqueue_after_commit, send_job
 from app.hosts import service as hosts_service
-from app.jobs import repository
+from app.jobs import refs, repository
+from app.jobs.service import validate_params
 from app.jobs.states import ACTIVE, TERMINAL, JobState, TransitionConflict, transition
 from app.models.base import utcnow
 from app.models.job import Job
@@ -148,11 +150,23 @@ def settle_dependents(session: Session, settings: Settings, job: Job) -> None:
             continue
         deps = repository.get_many(session, repository.dependency_ids(session, dependent.id))
         if all(d.state == JobState.SUCCEEDED for d in deps):
-            transition(
-                session, dependent, JobState.QUEUED, extra={"dispatched_at": utcnow(), "dispatch_count": 1}
-            )
-            assert dependent.host is not None
-            enqueue_after_commit(session, settings, str(dependent.id), dependent.host)
+            _queue_dependent(session, settings, dependent)
+
+
+def _queue_dependent(session: Session, settings: Settings, job: Job) -> None:
+    """All dependencies succeeded: fill artifact references, re-validate, and queue the job."""
+    try:
+        resolved = refs.resolve(session, job)
+        if resolved is not None:
+            job.params = validate_params(job.kind, resolved).model_dump(mode="json")
+    except (refs.MissingArtifact, AppError) as exc:
+        message = exc.detail if isinstance(exc, AppError) else str(exc)
+        transition(session, job, JobState.FAILED, reason="DEPENDENCY_FAILED", message=message)
+        settle_dependents(session, settings, job)
+        return
+    transition(session, job, JobState.QUEUED, extra={"dispatched_at": utcnow(), "dispatch_count": 1})
+    assert job.host is not None
+    enqueue_after_commit(session, settings, str(job.id), job.host)
 
 
 def reap_lost(session: Session, settings: Settings, *, now: datetime | None = None) -> list[uuid.UUID]:

@@ -4,6 +4,7 @@ from app.models.base import Base
 from app.models.host import GpuLease, Host
 from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
 from app.models.log import LogLine
+from app.models.pipeline import Pipeline
 from app.models.server import Artifact, BenchmarkResult, Server
 from app.models.token import ApiToken
 
@@ -20,5 +21,6 @@ __all__ = [
     "JobEvent",
     "JobMetric",
     "LogLine",
+    "Pipeline",
     "Server",
 ]

@@ -31,6 +31,10 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     timeout_s: Mapped[float | None] = mapped_column(Float)
     pipeline_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    pipeline_step: Mapped[str | None] = mapped_column(String(32))
+    # {"dotted.param": {"job": "<id>", "artifact": "<kind>"}}: filled from that job's newest artifact of that
+    # kind when this job is queued, so a step reads exactly what the step before it produced.
+    param_refs: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_by: Mapped[str | None] = mapped_column(String(64))
 
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

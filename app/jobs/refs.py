@@ -1,0 +1,46 @@
+"""Artifact passing: a job's params may name another job's artifact, filled in when the job is queued."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.artifacts import repository as artifacts
+from app.models.job import Job
+
+
+class MissingArtifact(Exception):
+    pass
+
+
+def ref(job_id: uuid.UUID, artifact_kind: str) -> dict[str, str]:
+    return {"job": str(job_id), "artifact": artifact_kind}
+
+
+def resolve(session: Session, job: Job) -> dict[str, Any] | None:
+    """The job's params with every reference filled from the newest matching artifact; None if it has none."""
+    if not job.param_refs:
+        return None
+    params = _deep_copy(job.params)
+    for dotted, source in job.param_refs.items():
+        made_by = artifacts.for_jobs(session, [uuid.UUID(source["job"])])
+        produced = [a for a in made_by if a.kind == source["artifact"]]
+        if not produced:
+            kind = source["artifact"]
+            raise MissingArtifact(f"job {source['job']} produced no {kind} artifact for {dotted}")
+        newest = max(produced, key=lambda a: a.created_at)
+        _set(params, dotted.split("."), newest.path)
+    return params
+
+
+def _set(params: dict[str, Any], path: list[str], value: str) -> None:
+    node = params
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+def _deep_copy(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in params.items()}

@@ -1,0 +1,71 @@
+"""/v1/pipelines: the whole journey, extract → train → fix_keys → gpu_check → eval → benchmark."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from sqlalchemy.orm import Session
+
+from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
+from app.jobs.schemas import JobRead
+from app.models.pipeline import Pipeline
+from app.pipelines import service
+from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
+
+router = APIRouter(prefix="/v1/pipelines", tags=["pipelines"])
+
+
+def _read(session: Session, pipeline: Pipeline) -> PipelineRead:
+    latest = service.latest_jobs(session, pipeline)
+    state, failed_step = service.state_of(latest)
+    return PipelineRead(
+        id=pipeline.id,
+        template=pipeline.template,
+        state=state,
+        host=pipeline.host,
+        created_at=pipeline.created_at,
+        retries=pipeline.retries,
+        spec=pipeline.spec,
+        failed_step=failed_step,
+        jobs=[JobRead.of(j) for j in latest.values()],
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=PipelineRead)
+def create_pipeline(
+    body: Eagle3PipelineCreate, session: SessionDep, settings: SettingsDep, principal: SubmitPrincipal
+) -> PipelineRead:
+    """Start a pipeline from the `eagle3` template; every step's params are validated first."""
+    return _read(session, service.create_pipeline(session, settings, spec=body, principal=principal))
+
+
+@router.get("", response_model=list[PipelineRead])
+def list_pipelines(
+    session: SessionDep, _: ReadPrincipal, limit: Annotated[int, Query(ge=1, le=200)] = 50
+) -> list[PipelineRead]:
+    """Pipelines, newest first, with their steps' latest jobs."""
+    return [_read(session, p) for p in service.list_pipelines(session, limit=limit)]
+
+
+@router.get("/{pipeline_id}", response_model=PipelineRead)
+def get_pipeline(pipeline_id: uuid.UUID, session: SessionDep, _: ReadPrincipal) -> PipelineRead:
+    """One pipeline: every step's state, progress and result, and the first step that failed."""
+    return _read(session, service.get_pipeline(session, pipeline_id))
+
+
+@router.post("/{pipeline_id}/cancel", response_model=PipelineRead, status_code=status.HTTP_202_ACCEPTED)
+def cancel_pipeline(pipeline_id: uuid.UUID, session: SessionDep, _: SubmitPrincipal) -> PipelineRead:
+    """Cancel the running and waiting steps."""
+    return _read(session, service.cancel_pipeline(session, pipeline_id=pipeline_id))
+
+
+@router.post("/{pipeline_id}/retry", response_model=PipelineRead)
+def retry_pipeline(
+    pipeline_id: uuid.UUID, session: SessionDep, settings: SettingsDep, principal: SubmitPrincipal
+) -> PipelineRead:
+    """Rerun from the failed step, reusing what the succeeded steps produced."""
+    return _read(
+        session, service.retry_pipeline(session, settings, pipeline_id=pipeline_id, principal=principal)
+    )

@@ -1,0 +1,151 @@
+"""Pipelines: create the chain of jobs, read its state, cancel it, retry from the failed step.
+Services never commit."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.core.errors import AppError, ErrorCode
+from app.core.security import Principal
+from app.jobs import refs
+from app.jobs import service as jobs
+from app.jobs.schemas import JobCreate
+from app.jobs.states import ACTIVE, TERMINAL, JobState
+from app.models.base import utcnow
+from app.models.job import Job
+from app.models.pipeline import Pipeline
+from app.pipelines import repository
+from app.pipelines.schemas import Eagle3PipelineCreate
+from app.pipelines.templates import EAGLE3_STEPS, StepPlan, eagle3_plan
+
+_ENDED_BADLY = (JobState.FAILED, JobState.CANCELLED)
+
+
+def create_pipeline(
+    session: Session, settings: Settings, *, spec: Eagle3PipelineCreate, principal: Principal
+) -> Pipeline:
+    """Validate every step now (a bad param is a 422 before anything runs), then submit the chain."""
+    pipeline = Pipeline(
+        id=uuid.uuid4(),
+        template=spec.template,
+        spec=spec.model_dump(mode="json"),
+        host=spec.host,
+        created_by=principal.token_id,
+        created_at=utcnow(),
+        retries=0,
+    )
+    plans = _plans(pipeline)
+    for plan in plans:
+        jobs.validate_params(plan.kind, plan.params)
+    repository.add(session, pipeline)
+    session.flush()
+    _submit_steps(session, settings, pipeline, plans, done={}, principal=principal)
+    return pipeline
+
+
+def get_pipeline(session: Session, pipeline_id: uuid.UUID) -> Pipeline:
+    pipeline = repository.get(session, pipeline_id)
+    if pipeline is None:
+        raise AppError(ErrorCode.NOT_FOUND, f"no pipeline {pipeline_id}")
+    return pipeline
+
+
+def list_pipelines(session: Session, *, limit: int) -> list[Pipeline]:
+    return repository.page(session, limit=limit)
+
+
+def latest_jobs(session: Session, pipeline: Pipeline) -> dict[str, Job]:
+    """The newest job of each step (a retry adds newer ones)."""
+    latest: dict[str, Job] = {}
+    for job in repository.jobs_of(session, pipeline.id):
+        if job.pipeline_step is not None:
+            latest[job.pipeline_step] = job
+    return latest
+
+
+def state_of(latest: dict[str, Job]) -> tuple[str, str | None]:
+    """(pipeline state, the first step that failed or was cancelled)."""
+    ordered = [latest[s] for s in EAGLE3_STEPS if s in latest]
+    bad = next((j for j in ordered if j.state in _ENDED_BADLY), None)
+    if bad is not None:
+        return ("failed" if bad.state == JobState.FAILED else "cancelled"), bad.pipeline_step
+    if ordered and all(j.state == JobState.SUCCEEDED for j in ordered):
+        return "succeeded", None
+    if any(j.state in ACTIVE for j in ordered):
+        return "running", None
+    return "queued", None
+
+
+def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> Pipeline:
+    """Cancel what is running and what waits; finished steps stay as they are."""
+    pipeline = get_pipeline(session, pipeline_id)
+    for job in latest_jobs(session, pipeline).values():
+        if job.state not in TERMINAL and job.state != JobState.CANCELLING:
+            jobs.request_cancel(session, job_id=job.id)
+    return pipeline
+
+
+def retry_pipeline(
+    session: Session, settings: Settings, *, pipeline_id: uuid.UUID, principal: Principal
+) -> Pipeline:
+    """Run again from the first failed (or cancelled) step; steps that succeeded keep their artifacts."""
+    pipeline = get_pipeline(session, pipeline_id)
+    latest = latest_jobs(session, pipeline)
+    state, failed_step = state_of(latest)
+    if failed_step is None:
+        raise AppError(ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} is {state}; nothing to retry")
+    plans = _plans(pipeline)
+    first = next(i for i, p in enumerate(plans) if p.step == failed_step)
+    done = {p.step: latest[p.step] for p in plans[:first]}
+    pipeline.retries += 1
+    _submit_steps(session, settings, pipeline, plans[first:], done=done, principal=principal)
+    return pipeline
+
+
+def _plans(pipeline: Pipeline) -> list[StepPlan]:
+    spec = Eagle3PipelineCreate.model_validate(pipeline.spec)
+    return eagle3_plan(spec, f"{spec.workdir.rstrip('/')}/{pipeline.id}")
+
+
+def _submit_steps(
+    session: Session,
+    settings: Settings,
+    pipeline: Pipeline,
+    plans: list[StepPlan],
+    *,
+    done: dict[str, Job],
+    principal: Principal,
+) -> None:
+    """Submit each step depending on the one before; every step runs on the host of the first."""
+    made = dict(done)
+    previous = list(done.values())[-1] if done else None
+    host = pipeline.host or (previous.host if previous is not None else None)
+    for plan in plans:
+        spec = JobCreate(
+            kind=plan.kind,
+            params=plan.params,
+            host=host,
+            depends_on=[previous.id] if previous is not None else [],
+        )
+        job, _ = jobs.submit_job(session, settings, spec=spec, principal=principal, pipeline_id=pipeline.id)
+        job.pipeline_step = plan.step
+        job.param_refs = {
+            param: refs.ref(made[step].id, kind) for param, (step, kind) in plan.refs.items()
+        } or None
+        if job.state == JobState.QUEUED and job.param_refs:
+            _fill_refs_now(session, job)  # its dependency already succeeded (a retry): read its artifact now
+        host = host or job.host
+        made[plan.step] = previous = job
+    session.flush()
+
+
+def _fill_refs_now(session: Session, job: Job) -> None:
+    try:
+        resolved = refs.resolve(session, job)
+    except refs.MissingArtifact as exc:
+        raise AppError(ErrorCode.UNKNOWN_DEPENDENCY, f"cannot retry: {exc}") from None
+    if resolved is not None:
+        job.params = jobs.validate_params(job.kind, resolved).model_dump(mode="json")

@@ -1,0 +1,131 @@
+"""Pipelines over the API with the real database: validation, the chain of jobs, artifact passing, cancel
+and retry. The steps are finished here through the same lifecycle functions a worker calls (the end-to-end
+run with real stages and workers is tests/test_pipeline_e2e.py)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from app.artifacts import service as artifacts
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.jobs import lifecycle
+from app.jobs.lifecycle import Outcome
+from app.jobs.states import JobState
+from tests.app.test_jobs_api import register_host
+
+Headers = dict[str, str]
+
+
+def spec(tmp: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "template": "eagle3",
+        "target": f"{tmp}/target",
+        "data": f"{tmp}/data.jsonl",
+        "workdir": f"{tmp}/runs",
+        "host": "gpu-a",
+        "extract": {"device": "cpu"},
+        "train": {"device": "cpu", "draft_vocab_size": 64},
+        "eval": {"device": "cpu", "depths": [2]},
+        "benchmark": {"depths": [2], "launch": {"engine": "reference"}},
+        **extra,
+    }
+
+
+def run_step(
+    settings: Settings, job_id: str, *, ok: bool = True, artifact: tuple[str, str] | None = None
+) -> None:
+    """What a worker does: claim, run, record artifacts, finish."""
+    with session_scope(settings) as session:
+        claimed = lifecycle.claim(session, job_id=uuid.UUID(job_id), host="gpu-a", worker="test")
+        assert claimed is not None
+    with session_scope(settings) as session:  # no real process: a pid that cannot exist, marked reaped
+        lifecycle.mark_running(session, job_id=uuid.UUID(job_id), pid=2**22 + 1, pgid=2**22 + 1, create_time=0.0)
+        lifecycle.mark_reaped(session, job_id=uuid.UUID(job_id))
+    with session_scope(settings) as session:
+        if artifact:
+            artifacts.record_artifact(
+                session, job_id=uuid.UUID(job_id), host="gpu-a", kind=artifact[0], path=artifact[1], meta={}
+            )
+        state = JobState.SUCCEEDED if ok else JobState.FAILED
+        lifecycle.finish(
+            session,
+            settings,
+            job_id=uuid.UUID(job_id),
+            outcome=Outcome(state, "SUCCEEDED" if ok else "NONZERO_EXIT", result={}),
+        )
+
+
+def test_a_pipeline_is_a_validated_chain_on_one_host(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    created = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin)
+    assert created.status_code == 201, created.text
+    pipeline = created.json()
+    kinds = [j["kind"] for j in pipeline["jobs"]]
+    assert kinds == ["extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"]
+    assert {j["host"] for j in pipeline["jobs"]} == {"gpu-a"}
+    assert [j["state"] for j in pipeline["jobs"]] == ["queued"] + ["pending"] * 5
+    assert pipeline["state"] == "queued"
+    bench = pipeline["jobs"][-1]["params"]
+    assert bench["mode"] == "sweep"
+    assert bench["launch"]["draft"].endswith(f"{pipeline['id']}/sglang_draft")
+
+
+def test_bad_step_params_refuse_the_whole_pipeline(client: TestClient, admin: Headers, tmp_path: Any) -> None:
+    bad = client.post("/v1/pipelines", json=spec(str(tmp_path), train={"epochs": "many"}), headers=admin)
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["field"] == "params.epochs"
+    traversal = client.post("/v1/pipelines", json=spec("/tmp/../etc"), headers=admin)
+    assert traversal.status_code == 422
+    assert client.get("/v1/jobs", headers=admin).json()["items"] == []
+    assert client.get("/v1/pipelines", headers=admin).json() == []
+
+
+def test_artifacts_flow_to_the_next_step_and_retry_reuses_them(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    pipeline = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin).json()
+    jobs = {j["kind"]: j for j in pipeline["jobs"]}
+    run_step(settings, jobs["extract"]["id"], artifact=("hidden_states", "/elsewhere/hs"))
+    train = client.get(f"/v1/jobs/{jobs['train']['id']}", headers=admin).json()
+    assert train["state"] == "queued"
+    assert train["params"]["data"] == "/elsewhere/hs"  # filled from the extract step's artifact
+    run_step(settings, jobs["train"]["id"], artifact=("drafter", f"{tmp_path}/runs/epoch_1"))
+    fix = client.get(f"/v1/jobs/{jobs['fix_keys']['id']}", headers=admin).json()
+    assert fix["params"]["source"] == f"{tmp_path}/runs/epoch_1"
+    run_step(settings, jobs["fix_keys"]["id"], ok=False)
+    failed = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert (failed["state"], failed["failed_step"]) == ("failed", "fix_keys")
+    later = {j["kind"]: j["state"] for j in failed["jobs"]}
+    assert later["benchmark"] == "failed"
+    retried = client.post(f"/v1/pipelines/{pipeline['id']}/retry", headers=admin).json()
+    assert retried["retries"] == 1
+    new = {j["kind"]: j for j in retried["jobs"]}
+    assert new["extract"]["id"] == jobs["extract"]["id"]  # succeeded steps are reused, not rerun
+    assert new["train"]["id"] == jobs["train"]["id"]
+    assert new["fix_keys"]["id"] != jobs["fix_keys"]["id"]
+    assert new["fix_keys"]["state"] == "queued"
+    assert new["fix_keys"]["params"]["source"] == f"{tmp_path}/runs/epoch_1"
+    assert retried["state"] == "queued"
+    again = client.post(f"/v1/pipelines/{pipeline['id']}/retry", headers=admin)
+    assert again.status_code == 409
+
+
+def test_cancel_stops_running_and_waiting_steps(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    pipeline = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin).json()
+    extract = pipeline["jobs"][0]
+    with session_scope(settings) as session:
+        lifecycle.claim(session, job_id=uuid.UUID(extract["id"]), host="gpu-a", worker="test")
+    cancelled = client.post(f"/v1/pipelines/{pipeline['id']}/cancel", headers=admin).json()
+    states = [j["state"] for j in cancelled["jobs"]]
+    assert states[0] == "cancelling"
+    assert set(states[1:]) == {"cancelled"}
+    assert cancelled["state"] == "cancelled"

@@ -43,7 +43,8 @@ def run_step(
         claimed = lifecycle.claim(session, job_id=uuid.UUID(job_id), host="gpu-a", worker="test")
         assert claimed is not None
     with session_scope(settings) as session:  # no real process: a pid that cannot exist, marked reaped
-        lifecycle.mark_running(session, job_id=uuid.UUID(job_id), pid=2**22 + 1, pgid=2**22 + 1, create_time=0.0)
+        no_pid = 2**22 + 1
+        lifecycle.mark_running(session, job_id=uuid.UUID(job_id), pid=no_pid, pgid=no_pid, create_time=0.0)
         lifecycle.mark_reaped(session, job_id=uuid.UUID(job_id))
     with session_scope(settings) as session:
         if artifact:

@@ -133,6 +133,7 @@ def main() -> None:
     cuda = torch.cuda.is_available() and not args.small
     device, dtype = (torch.device("cuda"), torch.bfloat16) if cuda else (torch.device("cpu"), torch.float32)
     if args.small:
+        torch.set_num_threads(1)  # shared CPU boxes: intra-op threads spin against each other
         args.batch, args.seq, args.batches = 4, 256, 6
     config = LlamaConfig(**(SMALL if args.small else FULL))
     model = LlamaForCausalLM(config).to(device, dtype).eval()

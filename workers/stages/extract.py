@@ -281,7 +281,9 @@ def _finish(
         finished=datetime.now(UTC).isoformat(),
     )
     hidden_store.write_manifest(inputs.output, manifest)
+    counts = manifest.get("counts", {})
     result = {"output": str(inputs.output), "samples": len(rows), "tokens": tokens, "bytes": written}
+    result.update(dropped=counts.get("dropped", {}), truncated=counts.get("truncated", 0))
     result.update(written_this_run=progress.samples_written, tokens_per_s=progress.tokens_per_s())
     ctx.artifact("hidden_states", inputs.output, {k: manifest[k] for k in ("aux_layers", "dtype", "tokens")})
     ctx.progress(1.0, "done")

@@ -1,0 +1,1 @@
+"""The web dashboard served by the API at `/`: static HTML, CSS and JavaScript, no build step."""

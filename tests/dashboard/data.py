@@ -1,0 +1,130 @@
+"""Rows the dashboard reads, written through the app's own services and models.
+
+Jobs of kinds that cannot run here (train, benchmark: no GPU, no model) are inserted as the rows their
+workers would leave; a host with GPUs is recorded with the heartbeat its worker would send (this machine has
+no NVIDIA GPU for NVML to report). Everything is then read back by the browser through the real API.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.hosts import service as hosts
+from app.jobs.lifecycle import record_metrics
+from app.logs.repository import insert_lines
+from app.models.job import Job, JobEvent
+
+H200_MIB = 143771.0
+
+
+def make_job(settings: Settings, kind: str, state: str, **fields: Any) -> str:
+    """A job row in `state`, with the events that led there."""
+    now = datetime.now(UTC)
+    job_id = uuid.uuid4()
+    started = now - timedelta(minutes=fields.pop("minutes_ago", 3))
+    terminal = state in ("succeeded", "failed", "cancelled")
+    job = Job(
+        id=job_id,
+        kind=kind,
+        params=fields.pop("params", {}),
+        state=state,
+        host=fields.pop("host", "gpu-h200"),
+        gpus_requested=len(fields.get("gpu_indices") or []),
+        created_at=started - timedelta(seconds=4),
+        queued_at=started - timedelta(seconds=4),
+        started_at=started - timedelta(seconds=1),
+        running_at=started,
+        finished_at=now if terminal else None,
+        updated_at=now,
+        attempt=1,
+        worker="worker@gpu-h200",
+        **fields,
+    )
+    path = ["queued", "starting", "running"] + ([state] if state not in ("queued", "running") else [])
+    path = path[: path.index(state) + 1]
+    with session_scope(settings) as session:
+        session.add(job)
+        session.flush()
+        previous = None
+        for i, to_state in enumerate(path):
+            at = job.created_at + timedelta(seconds=2 * i)
+            session.add(JobEvent(job_id=job_id, from_state=previous, to_state=to_state, at=at))
+            previous = to_state
+    return str(job_id)
+
+
+def add_log(
+    settings: Settings, job_id: str, texts: list[str], stream: str = "stdout", first_seq: int = 1
+) -> None:
+    now = datetime.now(UTC)
+    rows = [(first_seq + i, now, stream, text) for i, text in enumerate(texts)]
+    with session_scope(settings) as session:
+        insert_lines(session, uuid.UUID(job_id), rows)
+
+
+def training_curves(steps: range, positions: int = 3) -> list[tuple[str, int, float]]:
+    """Loss falling and accuracy rising per TTT position, as the train stage reports them."""
+    rows: list[tuple[str, int, float]] = []
+    for step in steps:
+        loss = 6.0 * math.exp(-step / 60) + 1.2 + 0.08 * math.sin(step / 3)
+        rows.append(("train/loss", step, loss))
+        rows.append(("lr", step, 3e-4 * min(1.0, (step + 1) / 20)))
+        for k in range(positions):
+            rows.append((f"train/acc_{k}", step, (0.75 - 0.1 * k) * (1 - math.exp(-step / 50))))
+        if step % 25 == 24:
+            rows.append(("val/loss", step, loss + 0.15))
+            for k in range(positions):
+                rows.append((f"val/acc_{k}", step, (0.72 - 0.1 * k) * (1 - math.exp(-step / 50))))
+    return rows
+
+
+def add_metrics(settings: Settings, job_id: str, rows: list[tuple[str, int, float]]) -> None:
+    with session_scope(settings) as session:
+        record_metrics(session, job_id=uuid.UUID(job_id), rows=rows)
+
+
+def h200(index: int, used_mib: float, util: float, processes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "index": index,
+        "uuid": f"GPU-{index:08x}-0000-0000-0000-000000000000",
+        "name": "NVIDIA H200",
+        "memory_used_mib": used_mib,
+        "memory_total_mib": H200_MIB,
+        "utilization_pct": util,
+        "power_w": 110.0 + 5.6 * util,
+        "temperature_c": 31.0 + 0.4 * util,
+        "processes": processes,
+    }
+
+
+def report_gpu_host(settings: Settings, name: str, gpus: list[dict[str, Any]]) -> None:
+    shm = {
+        "path": "/dev/shm",
+        "total_mib": 65536.0,
+        "free_mib": 61000.0,
+        "segments": [],
+        "stale_count": 0,
+        "stale_mib": 0.0,
+    }
+    with session_scope(settings) as session:
+        hosts.record_heartbeat(
+            session,
+            name=name,
+            worker=f"worker@{name}",
+            gpus=gpus,
+            gpu_error=None,
+            shm=shm,
+            allowed_roots=["/data"],
+        )
+
+
+def lease_gpus(settings: Settings, host: str, count: int, job_id: str) -> list[int]:
+    with session_scope(settings) as session:
+        indices = hosts.try_acquire_gpus(session, host=host, count=count, job_id=uuid.UUID(job_id))
+    assert indices is not None, "the GPUs were not free"
+    return indices

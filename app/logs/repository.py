@@ -6,7 +6,6 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-import psycopg
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
@@ -65,10 +64,12 @@ def _copy_lines_postgres(
         for seq, ts, stream, text in rows
     )
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    from psycopg.errors import UniqueViolation  # here: only PostgreSQL deployments need psycopg
+
     try:
         with cursor.copy(f"COPY {target} (job_id, seq, ts, stream, text) FROM STDIN") as copy:
             copy.write(payload)
-    except psycopg.errors.UniqueViolation as exc:
+    except UniqueViolation as exc:
         raise LinesAlreadyStored(f"job {job_id}: some of these lines are already stored") from exc
     if maybe_stored:
         connection.exec_driver_sql(

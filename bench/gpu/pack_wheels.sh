@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Wheels (Python 3.12, x86_64) that eyas needs on the H200 machine beyond what its image has, for running
+# eyas itself there (embedded mode: API + worker on SQLite) next to SGLang. The image already holds torch,
+# transformers, safetensors, httpx, typer, rich, psutil, nvidia-ml-py, pandas, pyarrow, prometheus-client;
+# the SGLang set (../shared/gpu/build_sglang_h200_wheels.sh) brings pydantic, fastapi, starlette, uvicorn.
+set -euo pipefail
+out=${1:?usage: $0 OUT_DIR}
+mkdir -p "$out"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform any -d "$out" \
+  celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 click-didyoumean click-plugins \
+  click-repl prompt-toolkit wcwidth tzlocal sqlalchemy==2.1.9 greenlet alembic==1.20.1 mako \
+  pydantic-settings==2.16.3 python-dotenv datasets==5.1.0 multiprocess redis==8.1.0 2>&1 | grep -v "is ignored" || true
+du -sh "$out"

@@ -120,7 +120,7 @@ def test_checkpoint_is_sglang_native_and_round_trips(
     drafter: Eagle3Drafter, tiny_target: LlamaForCausalLM, tmp_path: Path
 ) -> None:
     folder = tmp_path / "draft"
-    drafter.config["torch_dtype"] = "float32"
+    drafter.config["dtype"] = "float32"
     save_drafter(drafter, folder, target_config=tiny_target.config.to_dict())
     tensors = load_file(folder / "model.safetensors")
     assert {name: tuple(t.shape) for name, t in tensors.items()} == SGLANG_KEYS

@@ -41,7 +41,7 @@ def checkpoint_tensors(model: Eagle3Drafter, dtype: torch.dtype | None = None) -
 def save_drafter(model: Eagle3Drafter, folder: Path, *, target_config: dict[str, Any]) -> None:
     """Write config.json + model.safetensors into `folder`, replacing it whole (never half-written)."""
     _check_matches_target(model.config, target_config)
-    dtype = _DTYPES.get(str(model.config.get("torch_dtype")), torch.bfloat16)
+    dtype = _DTYPES.get(str(model.config.get("dtype") or model.config.get("torch_dtype")), torch.bfloat16)
     folder = Path(folder)
     staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)

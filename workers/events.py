@@ -72,15 +72,21 @@ class EventPump:
                 if time.monotonic() - self._last_progress >= _PROGRESS_EVERY_S:
                     self._flush_progress()
             elif kind == "artifact":
-                self._record(lambda s: artifacts.record_artifact(
-                    s, job_id=self.job_id, host=self.host, kind=str(event["kind"]), path=str(event["path"]),
-                    meta=dict(event.get("meta") or {}),
-                ))
+                self._record(
+                    lambda s: artifacts.record_artifact(
+                        s,
+                        job_id=self.job_id,
+                        host=self.host,
+                        kind=str(event["kind"]),
+                        path=str(event["path"]),
+                        meta=dict(event.get("meta") or {}),
+                    )
+                )
             elif kind == "server":
                 self.server_seen = True
-                self._record(lambda s: servers.record_server_event(
-                    s, job_id=self.job_id, host=self.host, event=event
-                ))
+                self._record(
+                    lambda s: servers.record_server_event(s, job_id=self.job_id, host=self.host, event=event)
+                )
             elif kind == "result":
                 self.result = event.get("result") or {}
             elif kind == "error":
@@ -98,9 +104,14 @@ class EventPump:
         if event is None:
             return
         self._last_progress = time.monotonic()
-        self._record(lambda s: lifecycle.record_progress(
-            s, job_id=self.job_id, fraction=float(event.get("fraction", 0.0)), message=str(event.get("message", ""))
-        ))
+        self._record(
+            lambda s: lifecycle.record_progress(
+                s,
+                job_id=self.job_id,
+                fraction=float(event.get("fraction", 0.0)),
+                message=str(event.get("message", "")),
+            )
+        )
 
     def _record(self, action: Any) -> None:
         try:

@@ -1,4 +1,4 @@
-"""What a worker does for its host besides running jobs: heartbeat its inventory and end orphaned processes."""
+"""What a worker does for its host besides jobs: heartbeat its inventory, end orphaned processes."""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ def end_orphans(settings: Settings, *, host: str) -> int:
         with session_scope(settings) as session:
             if JobState(state) in ACTIVE:
                 lifecycle.lose_orphaned(
-                    session, settings, job_id=job_id,
+                    session,
+                    settings,
+                    job_id=job_id,
                     message=f"its worker on {host} restarted; the orphaned process group {pgid} was ended",
                 )
             lifecycle.mark_reaped(session, job_id=job_id)

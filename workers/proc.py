@@ -162,7 +162,11 @@ def terminate_group(
 
 def group_alive(pgid: int, expected_create_time: float | None = None) -> bool:
     """Whether the group still has members (and, if given, its leader is the process eyas started)."""
-    if expected_create_time is not None and _pid_exists(pgid) and not _same_process(pgid, expected_create_time):
+    if (
+        expected_create_time is not None
+        and _pid_exists(pgid)
+        and not _same_process(pgid, expected_create_time)
+    ):
         return False
     return _group_alive(pgid)
 

@@ -79,7 +79,8 @@ class JobRunner:
         if len(inventory.gpus) < job.gpus_requested:
             why = inventory.error or f"the host has {len(inventory.gpus)} GPU(s)"
             return Outcome(
-                JobState.FAILED, TerminationReason.NO_GPU,
+                JobState.FAILED,
+                TerminationReason.NO_GPU,
                 f"job needs {job.gpus_requested} GPU(s) but host {self.host} cannot provide them: {why}",
             )
         with session_scope(self.settings) as session:
@@ -89,8 +90,10 @@ class JobRunner:
         verdict = gate.check(indices)
         if not verdict.clean:
             return Outcome(
-                JobState.FAILED, TerminationReason.GPU_NOT_CLEAN,
-                "GPU gate before start: " + "; ".join(verdict.problems), result={"gpu_gate": verdict.to_dict()},
+                JobState.FAILED,
+                TerminationReason.GPU_NOT_CLEAN,
+                "GPU gate before start: " + "; ".join(verdict.problems),
+                result={"gpu_gate": verdict.to_dict()},
             )
         return indices
 
@@ -102,7 +105,9 @@ class JobRunner:
         with session_scope(self.settings) as session:
             start_seq = logs_repo.last_seq(session, job.id)
         shipper = LogShipper(self.settings, job.id, file_path=log_file, start_seq=start_seq)
-        shipper.on_line("stderr", f"[eyas] attempt {job.attempt} of {job.kind} on {self.host} gpus={gpus or '-'}")
+        shipper.on_line(
+            "stderr", f"[eyas] attempt {job.attempt} of {job.kind} on {self.host} gpus={gpus or '-'}"
+        )
         pump = EventPump(self.settings, job.id, self.host)
         cancel = threading.Event()
         beat = _Heartbeat(self.settings, job.id, cancel)
@@ -179,19 +184,27 @@ def _outcome(result: proc.CommandResult, pump: EventPump, job: ClaimedJob) -> Ou
         return Outcome(JobState.CANCELLED, TerminationReason.USER_CANCELLED, "cancelled", result.exit_code)
     if result.timed_out:
         return Outcome(
-            JobState.FAILED, TerminationReason.TIMEOUT, f"ran past its timeout of {job.timeout_s} s", result.exit_code
+            JobState.FAILED,
+            TerminationReason.TIMEOUT,
+            f"ran past its timeout of {job.timeout_s} s",
+            result.exit_code,
         )
     if result.exit_code == 0 and pump.result is not None:
         return Outcome(JobState.SUCCEEDED, TerminationReason.SUCCEEDED, None, 0, pump.result)
     if pump.error is not None:
         details = pump.error.get("details") or None
         return Outcome(
-            JobState.FAILED, str(pump.error.get("reason") or TerminationReason.STAGE_ERROR),
-            str(pump.error.get("message")), result.exit_code, details,
+            JobState.FAILED,
+            str(pump.error.get("reason") or TerminationReason.STAGE_ERROR),
+            str(pump.error.get("message")),
+            result.exit_code,
+            details,
         )
     return Outcome(
-        JobState.FAILED, TerminationReason.NONZERO_EXIT,
-        f"the stage process exited with {result.exit_code} without a result", result.exit_code,
+        JobState.FAILED,
+        TerminationReason.NONZERO_EXIT,
+        f"the stage process exited with {result.exit_code} without a result",
+        result.exit_code,
     )
 
 
@@ -203,9 +216,21 @@ def _child_argv(
     job: ClaimedJob, params_file: Path, work_dir: Path, gpus: list[int], event_fd: int, settings: Settings
 ) -> list[str]:
     argv = [
-        sys.executable, "-m", "workers.stage_main", "--kind", job.kind, "--params-file", str(params_file),
-        "--event-fd", str(event_fd), "--work-dir", str(work_dir), "--job-id", str(job.id),
-        "--gpus", ",".join(map(str, gpus)),
+        sys.executable,
+        "-m",
+        "workers.stage_main",
+        "--kind",
+        job.kind,
+        "--params-file",
+        str(params_file),
+        "--event-fd",
+        str(event_fd),
+        "--work-dir",
+        str(work_dir),
+        "--job-id",
+        str(job.id),
+        "--gpus",
+        ",".join(map(str, gpus)),
     ]
     for root in settings.allowed_roots:
         argv += ["--allowed-root", str(root)]

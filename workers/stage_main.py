@@ -86,7 +86,13 @@ def _run(ctx: StageContext, sink: FdSink, kind: str, params: StageParams) -> int
         return exc.exit_code or 1
     except Exception as exc:
         traceback.print_exc()
-        sink.emit({"type": "error", "reason": TerminationReason.STAGE_ERROR, "message": f"{type(exc).__name__}: {exc}"})
+        sink.emit(
+            {
+                "type": "error",
+                "reason": TerminationReason.STAGE_ERROR,
+                "message": f"{type(exc).__name__}: {exc}",
+            }
+        )
         return 1
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json")

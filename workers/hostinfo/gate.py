@@ -74,7 +74,9 @@ def _gpu_problems(gpu: nvml.GpuInfo, thresholds: GateThresholds, ignore: set[int
     holders = [p for p in gpu.processes if p.pid not in ignore]
     if holders:
         listed = ", ".join(
-            f"pid {p.pid} ({p.name}, {p.used_memory_mib:.0f} MiB)" if p.used_memory_mib else f"pid {p.pid} ({p.name})"
+            f"pid {p.pid} ({p.name}, {p.used_memory_mib:.0f} MiB)"
+            if p.used_memory_mib
+            else f"pid {p.pid} ({p.name})"
             for p in holders
         )
         problems.append(f"GPU {gpu.index} is held by {listed}")

@@ -31,14 +31,22 @@ class StageSpec:
 
 
 _SPECS = [
-    StageSpec("selftest", "workers.params.selftest:SelftestParams", "prints lines, sleeps, exits with a code"),
-    StageSpec("gpu_check", "workers.params.gpu_check:GpuCheckParams", "NVML inventory and clean/dirty verdict"),
+    StageSpec(
+        "selftest", "workers.params.selftest:SelftestParams", "prints lines, sleeps, exits with a code"
+    ),
+    StageSpec(
+        "gpu_check", "workers.params.gpu_check:GpuCheckParams", "NVML inventory and clean/dirty verdict"
+    ),
     StageSpec("fix_keys", "workers.params.checkpoint:FixKeysParams", "convert a drafter to SGLang's layout"),
     StageSpec("doctor", "workers.params.checkpoint:DoctorParams", "check a drafter against SGLang's loader"),
-    StageSpec("extract", "workers.params.extract:ExtractParams", "hidden states of a target over conversations"),
+    StageSpec(
+        "extract", "workers.params.extract:ExtractParams", "hidden states of a target over conversations"
+    ),
     StageSpec("train", "workers.params.train:TrainParams", "train an EAGLE-3 drafter"),
     StageSpec("launch", "workers.params.launch:LaunchParams", "start an SGLang (or reference) server"),
-    StageSpec("benchmark", "workers.params.benchmark:BenchmarkParams", "acceptance and throughput of a server"),
+    StageSpec(
+        "benchmark", "workers.params.benchmark:BenchmarkParams", "acceptance and throughput of a server"
+    ),
     StageSpec("eval", "workers.params.evaluate:EvalParams", "offline acceptance of a drafter"),
 ]
 

@@ -6,7 +6,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,17 @@ def start_stage(run: Callable[[StageContext, Any], Any], ctx: RecordingContext, 
     return StageThread(ctx, thread, outcome)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models on 2 shared cores: several torch threads per process thrash (measured 10-30x slower)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def ctx(tmp_path: Path) -> RecordingContext:
     return RecordingContext(work_dir=tmp_path)
@@ -89,7 +100,14 @@ def ctx(tmp_path: Path) -> RecordingContext:
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> TinyPair:
     """An 8-layer random target and a drafter fitted to it briefly (acceptance above 1: plumbing only)."""
-    return make_pair(tmp_path_factory.mktemp("pair"), fit_steps=30)
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return make_pair(tmp_path_factory.mktemp("pair"), fit_steps=30)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture

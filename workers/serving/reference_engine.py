@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
@@ -217,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         datefmt="%Y-%m-%d %H:%M:%S",
         stream=sys.stdout,
     )
+    _limit_cpu_threads()
     from workers.serving._reference_http import serve
 
     options = EngineOptions(
@@ -232,6 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = f"draft {args.draft}, chain depth {args.depth}" if args.draft else "no draft (no speculation)"
     log.info("eyas reference engine (NOT SGLang): target %s, %s", args.model, what)
     return serve(ReferenceEngine(options), host=args.host, port=args.port)
+
+
+def _limit_cpu_threads() -> None:
+    """Half the cores unless OMP_NUM_THREADS says otherwise: the benchmark client shares the machine, and an
+    oversubscribed torch on a loaded CPU was measured 10-30x slower than one thread (tiny models)."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,18 @@ from app.hosts import service as hosts
 from app.jobs.lifecycle import record_metrics
 from app.logs.repository import insert_lines
 from app.models.job import Job, JobEvent
+from app.models.pipeline import Pipeline
+from app.servers import service as servers
 
 H200_MIB = 143771.0
+
+
+def _state_path(state: str) -> list[str]:
+    """The states a job passed through to reach `state`."""
+    if state in ("pending", "queued"):
+        return [state]
+    ran = ["queued", "starting", "running"]
+    return ran if state == "running" else [*ran, state]
 
 
 def make_job(settings: Settings, kind: str, state: str, **fields: Any) -> str:
@@ -27,7 +37,8 @@ def make_job(settings: Settings, kind: str, state: str, **fields: Any) -> str:
     now = datetime.now(UTC)
     job_id = uuid.uuid4()
     started = now - timedelta(minutes=fields.pop("minutes_ago", 3))
-    terminal = state in ("succeeded", "failed", "cancelled")
+    ran = state not in ("pending", "queued")
+    ended = state in ("succeeded", "failed", "cancelled")
     job = Job(
         id=job_id,
         kind=kind,
@@ -37,21 +48,19 @@ def make_job(settings: Settings, kind: str, state: str, **fields: Any) -> str:
         gpus_requested=len(fields.get("gpu_indices") or []),
         created_at=started - timedelta(seconds=4),
         queued_at=started - timedelta(seconds=4),
-        started_at=started - timedelta(seconds=1),
-        running_at=started,
-        finished_at=now if terminal else None,
+        started_at=started - timedelta(seconds=1) if ran else None,
+        running_at=started if ran else None,
+        finished_at=fields.pop("finished_at", now) if ended else None,
         updated_at=now,
-        attempt=1,
-        worker="worker@gpu-h200",
+        attempt=1 if ran else 0,
+        worker="worker@gpu-h200" if ran else None,
         **fields,
     )
-    path = ["queued", "starting", "running"] + ([state] if state not in ("queued", "running") else [])
-    path = path[: path.index(state) + 1]
     with session_scope(settings) as session:
         session.add(job)
         session.flush()
         previous = None
-        for i, to_state in enumerate(path):
+        for i, to_state in enumerate(_state_path(state)):
             at = job.created_at + timedelta(seconds=2 * i)
             session.add(JobEvent(job_id=job_id, from_state=previous, to_state=to_state, at=at))
             previous = to_state
@@ -74,6 +83,8 @@ def training_curves(steps: range, positions: int = 3) -> list[tuple[str, int, fl
         loss = 6.0 * math.exp(-step / 60) + 1.2 + 0.08 * math.sin(step / 3)
         rows.append(("train/loss", step, loss))
         rows.append(("lr", step, 3e-4 * min(1.0, (step + 1) / 20)))
+        rows.append(("tokens_per_s", step, 41_000 + 900 * math.sin(step / 7)))
+        rows.append(("est_accept_len", step, 1.0 + 2.6 * (1 - math.exp(-step / 50))))
         for k in range(positions):
             rows.append((f"train/acc_{k}", step, (0.75 - 0.1 * k) * (1 - math.exp(-step / 50))))
         if step % 25 == 24:
@@ -128,3 +139,77 @@ def lease_gpus(settings: Settings, host: str, count: int, job_id: str) -> list[i
         indices = hosts.try_acquire_gpus(session, host=host, count=count, job_id=uuid.UUID(job_id))
     assert indices is not None, "the GPUs were not free"
     return indices
+
+
+def sweep_rows() -> list[dict[str, Any]]:
+    """A depth sweep as workers/serving/sweep.py tabulates it: the baseline, then each depth."""
+    base_speed = 182.0
+    measured = [
+        (None, None, base_speed, 21.0, 5.4),
+        (5, 3.1, 402.0, 24.5, 2.4),
+        (10, 3.6, 431.0, 26.0, 2.3),
+        (16, 3.7, 398.0, 29.0, 2.5),
+    ]
+    return [
+        {
+            "depth": depth,
+            "label": "baseline" if depth is None else f"depth {depth}",
+            "accept_len": accept,
+            "output_tok_s": speed,
+            "speedup": round(speed / base_speed, 4),
+            "ttft_p50_ms": ttft,
+            "ttft_p99_ms": ttft * 2.1,
+            "itl_p50_ms": itl,
+            "itl_p99_ms": itl * 1.8,
+            "outputs_match": None if depth is None else True,
+            "failed_requests": 0,
+        }
+        for depth, accept, speed, ttft, itl in measured
+    ]
+
+
+def sweep_result(deployable: bool = True) -> dict[str, Any]:
+    rows = sweep_rows()
+    reasons = [] if deployable else ["depth 16: greedy outputs differ from the baseline's"]
+    gate = {
+        "deployable": deployable,
+        "chosen_depth": 10,
+        "speedup": rows[2]["speedup"],
+        "threshold": 1.0,
+        "reasons": reasons,
+    }
+    return {"mode": "sweep", "rows": rows, "gate": gate}
+
+
+def record_benchmark(settings: Settings, job_id: str, summary: dict[str, Any]) -> None:
+    with session_scope(settings) as session:
+        servers.record_benchmark(session, job_id=uuid.UUID(job_id), summary=summary)
+
+
+def record_server(settings: Settings, job_id: str, host: str, **event: Any) -> str:
+    """The server row a launch job's `server` events leave."""
+    with session_scope(settings) as session:
+        server = servers.record_server_event(session, job_id=uuid.UUID(job_id), host=host, event=event)
+        return str(server.id)
+
+
+def make_pipeline(settings: Settings, steps: list[tuple[str, str, dict[str, Any]]]) -> tuple[str, list[str]]:
+    """A pipeline row and its step jobs (oldest first), each as (kind, state, extra job fields)."""
+    pipeline_id = uuid.uuid4()
+    with session_scope(settings) as session:
+        session.add(Pipeline(id=pipeline_id, template="eagle3", spec={}, host="gpu-h200", retries=0))
+    job_ids = []
+    for i, (kind, state, extra) in enumerate(steps):
+        minutes_ago = extra.pop("minutes_ago", 60 - 5 * i)
+        job_ids.append(
+            make_job(
+                settings,
+                kind,
+                state,
+                pipeline_id=pipeline_id,
+                pipeline_step=kind,
+                minutes_ago=minutes_ago,
+                **extra,
+            )
+        )
+    return str(pipeline_id), job_ids

@@ -7,28 +7,47 @@ import { h, num, replace, table } from "./dom.js";
 
 const depthLabel = (depth) => (depth === null ? "baseline" : String(depth));
 
-function verdict(result) {
-  const reasons = result.summary?.reasons || [];
-  const ok = result.deployable;
-  const label = ok === true ? "deployable" : ok === false ? "not deployable" : "no verdict";
-  return h("div", { class: "verdict" },
-    h("span", { class: `badge ${ok === true ? "state-succeeded" : ok === false ? "state-failed" : ""}` }, label),
-    reasons.length ? h("ul", { class: "reasons" }, reasons.map((reason) => h("li", null, reason))) : null);
+// The benchmark stage's result (also stored as a benchmark's summary): {rows, gate: {deployable,
+// chosen_depth, speedup, reasons}}; a flat {rows, reasons} with `deployable` beside it is read too.
+export function readSweep(summary, deployable) {
+  const gate = summary?.gate || {};
+  return {
+    rows: summary?.rows || [],
+    reasons: gate.reasons || summary?.reasons || [],
+    deployable: gate.deployable ?? deployable ?? null,
+    chosenDepth: gate.chosen_depth ?? null,
+  };
 }
 
-export function benchmarkTable(rows) {
+export function verdictBadge(deployable) {
+  const label = deployable === true ? "deployable" : deployable === false ? "not deployable" : "no verdict";
+  const state = deployable === true ? "state-succeeded" : deployable === false ? "state-failed" : "";
+  return h("span", { class: `badge ${state}` }, label);
+}
+
+function verdict(sweep) {
+  return h("div", { class: "verdict", id: "verdict" },
+    verdictBadge(sweep.deployable),
+    sweep.chosenDepth !== null ? h("span", { class: "muted" }, `chosen depth ${sweep.chosenDepth}`) : null,
+    sweep.reasons.length ? h("ul", { class: "reasons" }, sweep.reasons.map((reason) => h("li", null, reason))) : null);
+}
+
+const ms = (value) => num(value, 1);
+const match = (value) => (value === null || value === undefined ? "—" : value ? "yes" : "NO");
+
+export function benchmarkTable(rows, chosenDepth = null) {
   const sorted = [...rows].sort((a, b) => (a.depth ?? -1) - (b.depth ?? -1));
   return table(
-    ["depth", "accept len", "output tok/s", "speedup", "TTFT p50 ms", "ITL p50 ms", "outputs match"],
-    sorted.map((row) => h("tr", null,
+    ["depth", "accept len", "output tok/s", "speedup", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "outputs match"],
+    sorted.map((row) => h("tr", { class: row.depth !== null && row.depth === chosenDepth ? "row-chosen" : null },
       h("td", null, depthLabel(row.depth)),
       h("td", null, num(row.accept_len, 2)),
       h("td", null, num(row.output_tok_s, 1)),
       h("td", null, row.speedup === null || row.speedup === undefined ? "—" : `${num(row.speedup, 2)}×`),
-      h("td", null, num(row.ttft_p50_ms, 1)),
-      h("td", null, num(row.itl_p50_ms, 2)),
-      h("td", null, row.outputs_match === null || row.outputs_match === undefined ? "—" : row.outputs_match ? "yes" : "NO"))),
-    { class: "table benchmark-table" },
+      h("td", null, `${ms(row.ttft_p50_ms)} / ${ms(row.ttft_p99_ms)}`),
+      h("td", null, `${num(row.itl_p50_ms, 2)} / ${num(row.itl_p99_ms, 2)}`),
+      h("td", { class: row.outputs_match === false ? "bad" : null }, match(row.outputs_match)))),
+    { class: "table benchmark-table", id: "benchmark-table" },
   );
 }
 
@@ -42,22 +61,26 @@ export class BenchmarkView {
     container.append(this.root);
   }
 
-  async refresh() {
-    const { available, data } = await getOptional(`/v1/benchmarks?job_id=${this.jobId}`);
-    const results = available ? data.filter((result) => result.job_id === this.jobId) : [];
-    if (!results.length) return;
-    const latest = results.sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at))[0];
-    const rows = latest.summary?.rows || [];
-    if (this.shown === latest.id) return;
-    this.shown = latest.id;
+  // The job's own result holds the sweep (also when the release gate failed it); /v1/benchmarks is the
+  // fallback for a job whose result was not kept.
+  async refresh(job) {
+    let sweep = job.result?.rows ? readSweep(job.result, null) : null;
+    if (!sweep && job.terminal) {
+      const { available, data } = await getOptional("/v1/benchmarks?limit=500");
+      const mine = available ? data.filter((result) => result.job_id === this.jobId) : [];
+      if (mine.length) sweep = readSweep(mine[0].summary, mine[0].deployable);
+    }
+    const key = JSON.stringify(sweep);
+    if (!sweep || !sweep.rows.length || key === this.shown) return;
+    this.shown = key;
     this.charts.forEach((chart) => chart.destroy());
     const grid = h("div", { class: "chart-grid" });
-    replace(this.body, verdict(latest), grid, benchmarkTable(rows));
+    replace(this.body, verdict(sweep), grid, benchmarkTable(sweep.rows, sweep.chosenDepth));
     this.root.hidden = false;
-    const accept = new DepthChart(grid, { title: "Acceptance length by depth", yLabel: "tokens / step", seriesLabel: "accept len" });
+    const accept = new DepthChart(grid, { title: "Acceptance length by depth", yLabel: "tokens / verify step", seriesLabel: "accept len" });
     const speed = new DepthChart(grid, { title: "Output tokens/s by depth", yLabel: "tok/s", seriesLabel: "output tok/s" });
-    accept.update(rows.map((row) => ({ depth: row.depth, value: row.accept_len ?? null })));
-    speed.update(rows.map((row) => ({ depth: row.depth, value: row.output_tok_s ?? null })));
+    accept.update(sweep.rows.map((row) => ({ depth: row.depth, value: row.accept_len ?? null })));
+    speed.update(sweep.rows.map((row) => ({ depth: row.depth, value: row.output_tok_s ?? null })));
     this.charts = [accept, speed];
   }
 

@@ -12,11 +12,51 @@ function cssVar(name, fallback) {
   return value || fallback;
 }
 
-function axis(label) {
+// Tick labels that stay readable from 3e-5 (a learning rate) to 41,000 (tokens/s).
+export function formatValue(value) {
+  if (value === null || value === undefined) return "—";
+  const size = Math.abs(value);
+  if (size !== 0 && (size < 1e-3 || size >= 1e6)) return value.toExponential(1);
+  if (size >= 1000) return value.toLocaleString(undefined, { maximumFractionDigits: 0 });
+  return String(Number(value.toPrecision(4)));
+}
+
+function axis(label, { values = true } = {}) {
   const stroke = cssVar("--fg-muted", "#666");
   const grid = cssVar("--grid", "#eee");
-  return { label, stroke, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+  const spec = { label, stroke, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+  if (values) spec.values = (u, ticks) => ticks.map(formatValue);
+  return spec;
 }
+
+// train/acc_2 and val/acc_2 share a colour (position 2), the validation one dashed; a chart of one kind of
+// series (train/loss, val/loss) gives each its own colour.
+function seriesStyles(names) {
+  const keyOf = (name) => name.replace(/^(train|val|eval)\//, "");
+  const keys = [...new Set(names.map(keyOf))];
+  const byKey = keys.length > 1;
+  return names.map((name, i) => ({
+    stroke: PALETTE[(byKey ? keys.indexOf(keyOf(name)) : i) % PALETTE.length],
+    dash: byKey && name.startsWith("val/") ? [5, 4] : undefined,
+  }));
+}
+
+function lastValueIndex(column) {
+  for (let i = column.length - 1; i >= 0; i -= 1) if (column[i] !== null && column[i] !== undefined) return i;
+  return null;
+}
+
+// Without the cursor on the chart, the legend shows each series' newest value rather than "--".
+function showLatest(plot) {
+  if (plot.cursor.left >= 0) return;
+  const idxs = plot.data.map((column, i) => (i === 0 ? column.length - 1 : lastValueIndex(column)));
+  plot.setLegend({ idxs });
+}
+
+// Hovering a step where a sparse series (val/loss) has no point shows its nearest point. (Fresh objects per
+// chart: uPlot writes into its options.)
+const cursorOptions = () => ({ hover: { skip: [null, undefined] } });
+const hooks = () => ({ ready: [showLatest], setCursor: [showLatest] });
 
 function widthOf(container) {
   return Math.max(280, container.clientWidth || 600);
@@ -61,25 +101,30 @@ export class StepChart {
     const key = names.join("\n");
     if (this.plot && key === this.names) {
       this.plot.setData(data);
+      showLatest(this.plot);
       return;
     }
     this.plot?.destroy();
     this.names = key;
     const sparse = (i) => data[i + 1].filter((v) => v !== null).length < 60;
+    const styles = seriesStyles(names);
     const series = names.map((name, i) => ({
       label: name,
-      stroke: PALETTE[i % PALETTE.length],
+      ...styles[i],
       width: 1.5,
       spanGaps: true,
       points: { show: sparse(i), size: 4 },
+      value: (u, v) => formatValue(v),
     }));
     const options = {
       title: this.title,
       width: widthOf(this.box),
       height: HEIGHT,
       scales: { x: { time: false } },
-      axes: [axis("step"), axis(this.yLabel)],
+      axes: [axis("step", { values: false }), axis(this.yLabel)],
       series: [{ label: "step" }, ...series],
+      cursor: cursorOptions(),
+      hooks: hooks(),
     };
     this.plot = new uPlot(options, data, this.box);
   }
@@ -103,20 +148,27 @@ export class DepthChart {
     const points = rows.filter((row) => row.depth !== null && row.value !== null).sort((a, b) => a.depth - b.depth);
     const baseline = rows.find((row) => row.depth === null && row.value !== null);
     const depths = points.map((row) => row.depth);
+    this.plot?.destroy();
+    this.plot = null;
+    if (!depths.length) return; // a baseline alone has nothing to compare
     const data = [depths, points.map((row) => row.value)];
     const series = [{ label: "depth" }, { label: this.seriesLabel, stroke: PALETTE[0], width: 2, points: { size: 7 } }];
     if (baseline) {
       data.push(depths.map(() => baseline.value));
       series.push({ label: "baseline", stroke: PALETTE[1], width: 1.5, dash: [6, 4], points: { show: false } });
     }
-    this.plot?.destroy();
     const options = {
       title: this.title,
       width: widthOf(this.box),
       height: HEIGHT,
-      scales: { x: { time: false }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
-      axes: [{ ...axis("speculative depth"), incrs: [1, 2, 4, 8, 16] }, axis(this.yLabel)],
+      scales: {
+        x: { time: false, range: (u, min, max) => [min - 1, max + 1] }, // room for the end points
+        y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] },
+      },
+      axes: [{ ...axis("speculative depth", { values: false }), splits: () => depths }, axis(this.yLabel)],
       series,
+      cursor: cursorOptions(),
+      hooks: hooks(),
     };
     this.plot = new uPlot(options, data, this.box);
   }

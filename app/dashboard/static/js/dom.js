@@ -55,6 +55,18 @@ export function progressBar(fraction, label) {
   );
 }
 
+// A job's progress: the percentage, and what the stage said about it ("epoch 2/5 · step 370").
+export function jobProgress(job) {
+  const fraction = job.progress ?? (job.state === "succeeded" ? 1 : null);
+  if (fraction === null) return "";
+  const pct = `${Math.round(fraction * 100)}%`;
+  return progressBar(fraction, job.progress_message ? `${pct} · ${job.progress_message}` : pct);
+}
+
+export function reasonText(job) {
+  return [job.termination_reason, job.message].filter(Boolean).join(": ");
+}
+
 export function meter(used, total, text, warnAt = 0.9) {
   const fraction = total > 0 ? used / total : 0;
   const bar = progressBar(fraction, text);

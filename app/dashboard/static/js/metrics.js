@@ -2,8 +2,8 @@
 // another, each other metric (lr, tokens_per_s, est_accept_len…) on its own; fetched incrementally.
 
 import { getJson } from "./api.js";
-import { StepChart } from "./charts.js";
-import { h, num, replace } from "./dom.js";
+import { formatValue, StepChart } from "./charts.js";
+import { h, replace } from "./dom.js";
 
 const PAGE = 5000;
 const MAX_OTHER_CHARTS = 6;
@@ -75,7 +75,7 @@ export class MetricsView {
       const points = this.series.get(name);
       let step = -Infinity;
       for (const key of points.keys()) step = Math.max(step, key);
-      return h("span", { class: "metric-chip", title: `step ${step}` }, h("b", null, name), " ", num(points.get(step), 4));
+      return h("span", { class: "metric-chip", title: `step ${step}` }, h("b", null, name), " ", formatValue(points.get(step)));
     });
     replace(this.latest, items);
   }

@@ -4,7 +4,7 @@
 import { getIfChanged, getJson, postJson } from "../api.js";
 import { BenchmarkView } from "../benchmark.js";
 import {
-  ago, between, duration, h, json, link, notice, progressBar, replace, section, shortId, stateBadge, table, timeTitle,
+  ago, between, duration, h, jobProgress, json, link, notice, progressBar, replace, section, shortId, stateBadge, table, timeTitle,
 } from "../dom.js";
 import { poll } from "../live.js";
 import { LogView } from "../logview.js";
@@ -42,7 +42,7 @@ function header(job, onCancel) {
       h("h1", null, `${job.kind} `, h("span", { class: "mono muted", title: job.id }, shortId(job.id))),
       stateBadge(job.state),
       cancellable ? h("button", { type: "button", class: "btn btn-danger", id: "cancel-job", onclick: onCancel }, "Cancel") : null),
-    h("div", { class: "job-progress" }, progressBar(job.progress ?? (job.terminal ? 1 : 0), job.progress_message || null)),
+    h("div", { class: "job-progress" }, jobProgress(job) || progressBar(0, job.state)),
     job.message ? notice(job.message, job.state === "failed" ? "error" : "info") : null,
     facts(job));
 }
@@ -82,7 +82,7 @@ export function mount(root, { id }) {
       replace(head, header(job, () => cancel().catch((error) => window.alert(error.message))));
       replace(events, eventsTable(await getJson(`/v1/jobs/${id}/events`)));
       replace(details, section("Params", json(job.params)), section("Result", json(job.result)));
-      if (job.kind === "benchmark") await benchmark.refresh();
+      if (job.kind === "benchmark") await benchmark.refresh(job);
       if (!log) {
         log = new LogView(logPanel, id, { onEnd: () => refresh() });
         log.start().catch((error) => logPanel.append(notice(`Log unavailable: ${error.message}`, "error")));

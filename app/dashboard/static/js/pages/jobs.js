@@ -1,7 +1,7 @@
 // Jobs, newest first, refreshed every 2 s; filters live in the page, not the URL.
 
 import { getJson } from "../api.js";
-import { ago, between, duration, h, jobLink, progressBar, replace, stateBadge, table, timeTitle } from "../dom.js";
+import { ago, between, duration, h, jobLink, jobProgress, reasonText, replace, stateBadge, table, timeTitle } from "../dom.js";
 import { poll } from "../live.js";
 
 const STATES = ["", "pending", "queued", "starting", "running", "cancelling", "succeeded", "failed", "cancelled"];
@@ -29,11 +29,11 @@ function jobRow(job) {
     h("td", null, jobLink(job.id)),
     h("td", null, job.kind),
     h("td", null, stateBadge(job.state)),
-    h("td", { class: "cell-bar" }, job.progress === null ? "" : progressBar(job.progress, job.progress_message)),
+    h("td", { class: "cell-bar" }, jobProgress(job)),
     h("td", null, job.host || "—"),
     h("td", { title: timeTitle(job.created_at) }, ago(job.created_at)),
     h("td", null, runtime === null ? "—" : duration(runtime)),
-    h("td", { class: "cell-message", title: job.message || "" }, job.termination_reason || job.message || ""),
+    h("td", { class: "cell-message", title: job.message || "" }, reasonText(job)),
   );
 }
 

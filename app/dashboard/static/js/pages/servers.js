@@ -2,6 +2,7 @@
 // button, and the latest benchmark verdicts.
 
 import { getOptional, postJson } from "../api.js";
+import { readSweep, verdictBadge } from "../benchmark.js";
 import { ago, h, jobLink, notice, num, replace, shortId, stateBadge, table, timeTitle } from "../dom.js";
 import { poll } from "../live.js";
 
@@ -38,23 +39,24 @@ function serverRow(server) {
     h("td", null, LIVE.has(server.state) ? stop : null));
 }
 
-function best(rows) {
-  const speculative = (rows || []).filter((row) => row.depth !== null && row.speedup !== null && row.speedup !== undefined);
-  return speculative.sort((a, b) => b.speedup - a.speedup)[0] || null;
+function chosenRow(sweep) {
+  const speculative = sweep.rows.filter((row) => row.depth !== null);
+  if (sweep.chosenDepth !== null) return speculative.find((row) => row.depth === sweep.chosenDepth) || null;
+  return speculative.sort((a, b) => (b.speedup ?? 0) - (a.speedup ?? 0))[0] || null;
 }
 
 function benchmarkRow(result) {
-  const top = best(result.summary?.rows);
-  const ok = result.deployable;
+  const sweep = readSweep(result.summary, result.deployable);
+  const top = chosenRow(sweep);
   return h("tr", { dataset: { benchmarkId: result.id } },
     h("td", null, jobLink(result.job_id)),
     h("td", { class: "mono" }, result.server_id ? shortId(result.server_id) : "—"),
-    h("td", null, h("span", { class: `badge ${ok ? "state-succeeded" : ok === false ? "state-failed" : ""}` },
-      ok ? "deployable" : ok === false ? "not deployable" : "—")),
+    h("td", null, verdictBadge(sweep.deployable)),
     h("td", null, top ? String(top.depth) : "—"),
-    h("td", null, top ? `${num(top.speedup, 2)}×` : "—"),
+    h("td", null, top?.speedup ? `${num(top.speedup, 2)}×` : "—"),
     h("td", null, top ? num(top.accept_len, 2) : "—"),
-    h("td", { class: "cell-message" }, (result.summary?.reasons || []).join("; ")),
+    h("td", null, top ? num(top.output_tok_s, 0) : "—"),
+    h("td", { class: "cell-message", title: sweep.reasons.join("\n") }, sweep.reasons.join("; ")),
     h("td", { title: timeTitle(result.created_at) }, ago(result.created_at)));
 }
 
@@ -77,7 +79,7 @@ export function mount(root) {
     if (!benchmarkList.available) replace(benchmarks, notice("This API has no /v1/benchmarks yet."));
     else if (!benchmarkList.data.length) replace(benchmarks, h("p", { class: "empty" }, "No benchmarks yet."));
     else {
-      const headers = ["job", "server", "verdict", "best depth", "speedup", "accept len", "reasons", "when"];
+      const headers = ["job", "server", "verdict", "depth", "speedup", "accept len", "tok/s", "reasons", "when"];
       replace(benchmarks, table(headers, benchmarkList.data.map(benchmarkRow), { id: "benchmarks-table" }));
     }
   });

@@ -1,0 +1,138 @@
+"""Servers, benchmarks and pipelines in headless Chromium, from rows written through the app's services."""
+
+from __future__ import annotations
+
+import httpx
+from playwright.sync_api import expect
+
+from app.core.config import Settings
+from tests.dashboard import data
+from tests.dashboard.conftest import Dashboard
+
+DRAFT = "/data/drafts/llama-3.1-8b-eagle3/sglang_draft"
+
+
+def test_servers_are_listed_and_stopped_from_the_page(
+    dashboard: Dashboard, settings: Settings, admin: dict[str, str]
+) -> None:
+    launch = data.make_job(settings, "launch", "running", gpu_indices=[0, 1], minutes_ago=25)
+    ready = data.record_server(
+        settings, launch, "gpu-h200", state="ready", engine="sglang", url="http://10.0.0.7:30000",
+        gpus=[0, 1], draft=DRAFT, accept_len=3.42, pid=31337,
+    )  # fmt: skip
+    old_launch = data.make_job(settings, "launch", "cancelled", minutes_ago=300)
+    data.record_server(
+        settings, old_launch, "gpu-h200", state="stopped", engine="sglang", url="http://10.0.0.7:30001"
+    )
+    bench = data.make_job(settings, "benchmark", "succeeded", result=data.sweep_result(), minutes_ago=20)
+    data.record_benchmark(settings, bench, data.sweep_result())
+
+    page = dashboard.page
+    page.on("dialog", lambda dialog: dialog.accept())
+    dashboard.open("#/servers")
+    row = page.locator(f"tr[data-server-id='{ready}']")
+    expect(row).to_contain_text("http://10.0.0.7:30000")
+    assert page.locator("#servers-table tbody tr").count() == 2
+    assert "3.42" in row.inner_text()
+    assert (
+        page.locator("#servers-table button[data-stop]").count() == 1
+    )  # only the live server can be stopped
+    bench_row = page.locator("#benchmarks-table tbody tr")
+    expect(bench_row).to_have_count(1)
+    assert "deployable" in bench_row.inner_text()
+    assert "2.37×" in bench_row.inner_text()  # the chosen depth 10: 431 / 182 tok/s
+    dashboard.screenshot("servers")
+
+    row.locator("button[data-stop]").click()
+    expect(row.locator(".badge")).to_have_text("stopping")
+    server = httpx.get(f"{dashboard.url}/v1/servers/{ready}", headers=admin).json()
+    assert server["state"] == "stopping"
+    assert httpx.get(f"{dashboard.url}/v1/jobs/{launch}", headers=admin).json()["state"] == "cancelling"
+    assert dashboard.errors == []
+
+
+def test_a_benchmark_job_plots_acceptance_and_speed_by_depth(
+    dashboard: Dashboard, settings: Settings
+) -> None:
+    job = data.make_job(settings, "benchmark", "succeeded", progress=1.0, result=data.sweep_result())
+    page = dashboard.page
+    dashboard.open(f"#/jobs/{job}")
+    expect(page.locator("#benchmark .uplot")).to_have_count(2)
+    titles = page.locator("#benchmark .u-title").all_inner_texts()
+    assert titles == ["Acceptance length by depth", "Output tokens/s by depth"]
+    speed_legend = page.locator("#benchmark .uplot").nth(1).locator(".u-legend .u-label").all_inner_texts()
+    assert speed_legend == ["depth", "output tok/s", "baseline"]
+    assert page.locator("#benchmark-table tbody tr").all_inner_texts()[0].startswith("baseline")
+    assert page.locator("#benchmark-table .row-chosen td").first.inner_text() == "10"
+    expect(page.locator("#verdict")).to_contain_text("deployable")
+    dashboard.screenshot("job-benchmark")
+
+    failed = data.make_job(settings, "benchmark", "failed", termination_reason="RELEASE_GATE_FAILED",
+                           result=data.sweep_result(deployable=False))  # fmt: skip
+    dashboard.open(f"#/jobs/{failed}")
+    expect(page.locator("#verdict")).to_contain_text("not deployable")
+    expect(page.locator("#verdict .reasons")).to_contain_text("depth 16: greedy outputs differ")
+    assert dashboard.errors == []
+
+
+def running_pipeline(settings: Settings) -> tuple[str, list[str]]:
+    return data.make_pipeline(
+        settings,
+        [
+            ("extract", "succeeded", {"progress": 1.0}),
+            (
+                "train",
+                "running",
+                {"progress": 0.62, "progress_message": "epoch 2/3 · step 186", "gpu_indices": [0]},
+            ),
+            ("fix_keys", "pending", {}),
+            ("gpu_check", "pending", {}),
+            ("eval", "pending", {}),
+            ("benchmark", "pending", {}),
+        ],
+    )
+
+
+def test_a_pipeline_is_watched_on_one_page_and_cancelled(dashboard: Dashboard, settings: Settings) -> None:
+    pipeline, jobs = running_pipeline(settings)
+    train = jobs[1]
+    data.add_metrics(settings, train, data.training_curves(range(0, 186)))
+    data.add_log(
+        settings, train, [f"epoch 2 step {s} loss {1.9 - s / 400:.3f} tau 3.1" for s in range(150, 186)]
+    )
+    page = dashboard.page
+    page.on("dialog", lambda dialog: dialog.accept())
+
+    dashboard.open("#/pipelines")
+    row = page.locator(f"tr[data-pipeline-id='{pipeline}']")
+    expect(row.locator(".step")).to_have_count(6)
+    assert row.locator(".step").all_inner_texts()[1].split() == ["train", "running", "62%"]
+    dashboard.screenshot("pipelines")
+
+    row.locator("a.mono").click()
+    expect(page.locator("#pipeline-jobs tbody tr")).to_have_count(6)
+    expect(page.locator("#charts .u-title").first).to_have_text("Loss")
+    expect(page.locator("#log .log-line")).to_have_count(36)  # the running step's log
+    dashboard.screenshot("pipeline")
+
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator(".job-head .page-head .badge").first).to_have_text("cancelled", timeout=8000)
+    states = page.locator("#pipeline-jobs tbody tr .badge").all_inner_texts()
+    assert states == ["succeeded", "cancelling", "cancelled", "cancelled", "cancelled", "cancelled"]
+    assert dashboard.errors == []
+
+
+def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard, settings: Settings) -> None:
+    steps = [
+        (kind, "succeeded", {"progress": 1.0})
+        for kind in ("extract", "train", "fix_keys", "gpu_check", "eval")
+    ]
+    pipeline, _ = data.make_pipeline(
+        settings, [*steps, ("benchmark", "succeeded", {"result": data.sweep_result()})]
+    )
+    page = dashboard.page
+    dashboard.open(f"#/pipelines/{pipeline}")
+    expect(page.locator("#benchmark-table tbody tr")).to_have_count(4)
+    expect(page.locator(".job-head .page-head .badge").first).to_have_text("succeeded")
+    assert page.get_by_role("button", name="Cancel").count() == 0
+    assert dashboard.errors == []

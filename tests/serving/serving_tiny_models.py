@@ -46,7 +46,14 @@ def tiny_prompts(count: int, length: int = 12, vocab: int = 256, seed: int = 1) 
 
 
 def make_pair(
-    root: Path, *, layers: int = 8, seed: int = 0, fit_steps: int = 0, prompts: int = 4, new_tokens: int = 48
+    root: Path,
+    *,
+    layers: int = 8,
+    seed: int = 0,
+    fit_steps: int = 0,
+    prompts: int = 4,
+    new_tokens: int = 48,
+    prompt_ids: list[list[int]] | None = None,
 ) -> TinyPair:
     torch.manual_seed(seed)
     target = LlamaForCausalLM(tiny_target_config(layers)).eval()
@@ -57,12 +64,20 @@ def make_pair(
         target_config, draft_vocab_size=vocab, aux_layer_ids=default_aux_layers(layers)
     )
     drafter.set_target_embeddings(target.get_input_embeddings().weight.detach())
-    prompt_ids = tiny_prompts(prompts, vocab=vocab, seed=seed + 1)
+    prompt_ids = prompt_ids or tiny_prompts(prompts, vocab=vocab, seed=seed + 1)
     if fit_steps:
         sequences = [_greedy_sequence(target, p, new_tokens) for p in prompt_ids]
         fit_drafter(target, drafter, sequences, steps=fit_steps)
     save_drafter(drafter, root / "draft", target_config=target_config)
     return TinyPair(root / "target", root / "draft", prompt_ids)
+
+
+def _by_length(prompts: list[list[int]]) -> list[list[list[int]]]:
+    """Prompts grouped by length, so each group stacks into one batch without padding."""
+    groups: dict[int, list[list[int]]] = {}
+    for prompt in prompts:
+        groups.setdefault(len(prompt), []).append(prompt)
+    return list(groups.values())
 
 
 def _greedy_sequence(target: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
@@ -72,15 +87,21 @@ def _greedy_sequence(target: torch.nn.Module, prompt: list[int], new_tokens: int
 def fit_drafter(
     target: torch.nn.Module, drafter: Eagle3Drafter, sequences: list[list[int]], *, steps: int, ttt: int = 3
 ) -> float:
-    """Fit the drafter to predict the target's tokens (TTT unroll of `ttt` steps); returns the last loss."""
-    batch = torch.tensor(sequences)
-    with torch.no_grad():
-        aux = aux_hidden_states(target, batch, aux_layers=drafter.aux_layers)
-    features, input_ids = aux[:, :-1], batch[:, 1:]
+    """Fit the drafter to predict the target's tokens (TTT unroll of `ttt` steps); returns the last loss.
+
+    Sequences of equal length form one batch; the steps cycle over the batches.
+    """
+    batches = []
+    for group in _by_length(sequences):
+        batch = torch.tensor(group)
+        with torch.no_grad():
+            aux = aux_hidden_states(target, batch, aux_layers=drafter.aux_layers)
+        batches.append((batch, aux[:, :-1], batch[:, 1:]))
     trainable = [p for p in drafter.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=3e-3)
     loss = torch.tensor(0.0)
-    for _ in range(steps):
+    for step in range(steps):
+        batch, features, input_ids = batches[step % len(batches)]
         outputs = drafter.forward_ttt(input_ids, features, ttt)
         loss = sum(_step_loss(drafter, hidden, batch, k) for k, hidden in enumerate(outputs)) / ttt
         optimizer.zero_grad()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,25 +78,26 @@ def run_load(url: str, prompts: Sequence[Prompt], options: LoadOptions) -> tuple
     return asyncio.run(_drive(url, prompts, options))
 
 
-async def _drive(
-    url: str, prompts: Sequence[Prompt], options: LoadOptions
-) -> tuple[list[RequestRecord], float]:
+async def _drive(url: str, prompts: Sequence[Prompt], options: LoadOptions) -> tuple[list[RequestRecord], float]:
     pending: asyncio.Queue[int] = asyncio.Queue()
     for index in range(len(prompts)):
         pending.put_nowait(index)
     records: list[RequestRecord] = []
-    limits = httpx.Limits(max_connections=options.concurrency, max_keepalive_connections=options.concurrency)
-    async with httpx.AsyncClient(timeout=options.timeout_s, limits=limits) as client:
+    tls = ssl.create_default_context()  # one for all workers: building one costs ~30 ms
 
-        async def worker() -> None:
+    async def worker() -> None:
+        # One client (one connection) per worker: httpcore's shared pool rescans every connection on each
+        # request, which measured 10x slower at concurrency 64 (bench/bench_client.py).
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(timeout=options.timeout_s, limits=limits, verify=tls) as client:
             while not pending.empty():
                 index = pending.get_nowait()
                 body = request_body(prompts[index], options, stream=options.stream)
                 records.append(await send_one(client, url, index, body))
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(options.concurrency, len(prompts)))))
-        wall = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(options.concurrency, len(prompts)))))
+    wall = time.perf_counter() - started
     return sorted(records, key=lambda r: r.index), wall
 
 

@@ -36,13 +36,17 @@ def test_the_token_is_asked_once_and_kept_for_the_session(fresh_tab: Dashboard, 
 def test_jobs_list_shows_live_state(dashboard: Dashboard, settings: Settings, admin: dict[str, str]) -> None:
     done = data.make_job(settings, "extract", "succeeded", progress=1.0, minutes_ago=42)
     data.make_job(settings, "fix_keys", "failed", termination_reason="NONZERO_EXIT", message="2 keys missing")
+    data.make_job(settings, "gpu_check", "succeeded", progress=1.0, minutes_ago=12)
+    data.make_job(settings, "eval", "cancelled", termination_reason="USER_CANCELLED", minutes_ago=9)
     running = data.make_job(
         settings, "train", "running", progress=0.37, progress_message="epoch 2/5 · step 370"
     )
+    data.make_job(settings, "benchmark", "pending", minutes_ago=2)
+    data.make_job(settings, "selftest", "queued", host="gpu-b", minutes_ago=1)
     page = dashboard.page
     dashboard.open("#/jobs")
     page.wait_for_selector(f"tr[data-job-id='{running}'][data-state=running]")
-    assert page.locator("#jobs-table tbody tr").count() == 3
+    assert page.locator("#jobs-table tbody tr").count() == 7
     assert "epoch 2/5" in dashboard.text(f"tr[data-job-id='{running}']")
     assert "NONZERO_EXIT" in dashboard.text("tr[data-state=failed]")
     dashboard.screenshot("jobs")
@@ -51,8 +55,10 @@ def test_jobs_list_shows_live_state(dashboard: Dashboard, settings: Settings, ad
     assert cancelled.status_code == 202
     page.wait_for_selector(f"tr[data-job-id='{running}'][data-state=cancelling]", timeout=6000)
     page.select_option("select[name=state]", "succeeded")
-    expect(page.locator("#jobs-table tbody tr")).to_have_count(1)
+    expect(page.locator("#jobs-table tbody tr")).to_have_count(2)
     assert page.locator(f"tr[data-job-id='{done}']").count() == 1
+    page.select_option("select[name=kind]", "extract")
+    expect(page.locator("#jobs-table tbody tr")).to_have_count(1)
     assert dashboard.errors == []
 
 
@@ -123,3 +129,21 @@ def test_log_text_is_shown_as_text_never_as_markup(dashboard: Dashboard, setting
     assert page.locator("#log .ansi-red").inner_text() == "red"
     assert page.locator("#log .ansi-green.ansi-bold").inner_text() == "bold green"
     assert dashboard.errors == []
+
+
+def test_a_revoked_token_sends_the_reader_back_to_the_form(
+    fresh_tab: Dashboard, admin: dict[str, str]
+) -> None:
+    created = httpx.post(
+        f"{fresh_tab.url}/v1/tokens", json={"name": "watcher", "scopes": ["read"]}, headers=admin
+    ).json()
+    page = fresh_tab.page
+    fresh_tab.open("#/hosts")
+    page.fill("#token-input", created["token"])
+    page.click("#token-form button[type=submit]")
+    page.wait_for_selector("[data-page=hosts]")  # read scope is enough to watch
+
+    revoked = httpx.post(f"{fresh_tab.url}/v1/tokens/{created['id']}/revoke", headers=admin)
+    assert revoked.status_code == 200
+    expect(page.locator("#token-error")).to_contain_text("rejected the token", timeout=8000)
+    assert page.evaluate("sessionStorage.getItem('eyas.token')") is None

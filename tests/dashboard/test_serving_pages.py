@@ -55,6 +55,7 @@ def test_a_benchmark_job_plots_acceptance_and_speed_by_depth(
     dashboard: Dashboard, settings: Settings
 ) -> None:
     job = data.make_job(settings, "benchmark", "succeeded", progress=1.0, result=data.sweep_result())
+    data.add_log(settings, job, [f"{row['label']}: {row['output_tok_s']} tok/s" for row in data.sweep_rows()])
     page = dashboard.page
     dashboard.open(f"#/jobs/{job}")
     expect(page.locator("#benchmark .uplot")).to_have_count(2)

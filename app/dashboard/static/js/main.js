@@ -30,6 +30,7 @@ function route() {
   leavePage();
   if (!token.get()) return showTokenForm();
   document.getElementById("sign-out").hidden = false;
+  document.getElementById("live").hidden = false;
   const hash = location.hash || "#/jobs";
   const match = ROUTES.map(([pattern, mount, nav]) => [hash.match(pattern), mount, nav]).find(([m]) => m);
   if (!match) {
@@ -64,6 +65,7 @@ function showTokenForm(message) {
   }
   leavePage();
   document.getElementById("sign-out").hidden = true;
+  document.getElementById("live").hidden = true;
   const input = h("input", {
     type: "password", id: "token-input", name: "token", autocomplete: "off", placeholder: "eyas_…", required: true,
   });

@@ -51,9 +51,3 @@ export function ansiSegments(raw) {
   push(text.slice(last));
   return segments;
 }
-
-export function stripAnsi(raw) {
-  return ansiSegments(raw)
-    .map((segment) => segment.text)
-    .join("");
-}

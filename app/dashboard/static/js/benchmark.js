@@ -35,7 +35,7 @@ function verdict(sweep) {
 const ms = (value) => num(value, 1);
 const match = (value) => (value === null || value === undefined ? "—" : value ? "yes" : "NO");
 
-export function benchmarkTable(rows, chosenDepth = null) {
+function benchmarkTable(rows, chosenDepth = null) {
   const sorted = [...rows].sort((a, b) => (a.depth ?? -1) - (b.depth ?? -1));
   return table(
     ["depth", "accept len", "output tok/s", "speedup", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "outputs match"],

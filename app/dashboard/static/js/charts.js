@@ -73,7 +73,7 @@ function followWidth(container, getPlot) {
 }
 
 // Align series that report at different steps (train loss every step, val loss every epoch) on one x axis.
-export function alignByStep(seriesByName) {
+function alignByStep(seriesByName) {
   const names = [...seriesByName.keys()].sort();
   const steps = [...new Set(names.flatMap((name) => seriesByName.get(name).map(([step]) => step)))].sort((a, b) => a - b);
   const index = new Map(steps.map((step, i) => [step, i]));

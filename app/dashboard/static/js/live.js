@@ -3,9 +3,9 @@
 
 import { ApiError } from "./api.js";
 
-export const POLL_MS = 2000;
+const POLL_MS = 2000;
 
-export function setLive(ok, detail) {
+function setLive(ok, detail) {
   const dot = document.getElementById("live");
   if (!dot) return;
   dot.className = ok ? "live live-ok" : "live live-error";

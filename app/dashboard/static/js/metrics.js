@@ -8,7 +8,7 @@ import { h, replace } from "./dom.js";
 const PAGE = 5000;
 const MAX_OTHER_CHARTS = 6;
 
-export function groupOf(name) {
+function groupOf(name) {
   if (name.includes("loss")) return "loss";
   if (/acc_\d+/.test(name)) return "acc";
   return name;

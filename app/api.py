@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from app.artifacts.router import router as artifacts_router
+from app.dashboard.router import router as dashboard_router
 from app.health.router import router as health_router
 from app.hosts.router import router as hosts_router
 from app.jobs.router import router as jobs_router
@@ -26,5 +27,6 @@ def include_routers(app: FastAPI) -> None:
         tokens_router,
         metrics_router,
         pipelines_router,
+        dashboard_router,
     ):
         app.include_router(router)

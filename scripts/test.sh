@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh
 # docker-compose validates docker-compose.yml in the tests (no Docker engine runs here; nothing starts)
+# Debian's Chromium drives the dashboard tests (never `playwright install`: no downloads of browsers here)
+command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } || true
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .

@@ -49,6 +49,7 @@ class JobRead(BaseModel):
     attempt: int
     timeout_s: float | None
     pipeline_id: uuid.UUID | None
+    pipeline_step: str | None
     created_at: datetime
     updated_at: datetime
     queued_at: datetime | None

@@ -33,8 +33,12 @@ def add_benchmark(session: Session, result: BenchmarkResult) -> None:
     session.add(result)
 
 
-def benchmarks(session: Session, *, limit: int = 200) -> list[BenchmarkResult]:
+def benchmarks(
+    session: Session, *, job_id: uuid.UUID | None = None, limit: int = 200
+) -> list[BenchmarkResult]:
     query = select(BenchmarkResult).order_by(BenchmarkResult.created_at.desc()).limit(limit)
+    if job_id is not None:
+        query = query.where(BenchmarkResult.job_id == job_id)
     return list(session.scalars(query))
 
 

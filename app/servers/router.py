@@ -79,10 +79,14 @@ def server_log_stream(
 
 @router.get("/v1/benchmarks", response_model=list[BenchmarkRead])
 def list_benchmarks(
-    session: SessionDep, _: ReadPrincipal, limit: Annotated[int, Query(ge=1, le=500)] = 100
+    session: SessionDep,
+    _: ReadPrincipal,
+    job_id: uuid.UUID | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[BenchmarkRead]:
-    """Benchmark results, newest first."""
-    return [BenchmarkRead.model_validate(b) for b in service.list_benchmarks(session, limit=limit)]
+    """Benchmark results, newest first (optionally of one job)."""
+    rows = service.list_benchmarks(session, job_id=job_id, limit=limit)
+    return [BenchmarkRead.model_validate(b) for b in rows]
 
 
 @router.get(

@@ -59,7 +59,8 @@ def get_server(session: Session, server_id: uuid.UUID) -> Server:
 def record_benchmark(
     session: Session, *, job_id: uuid.UUID, summary: dict[str, Any], server_id: uuid.UUID | None = None
 ) -> BenchmarkResult:
-    deployable = summary.get("deployable")
+    gate = summary.get("gate")
+    deployable = summary.get("deployable", gate.get("deployable") if isinstance(gate, dict) else None)
     result = BenchmarkResult(
         id=uuid.uuid4(),
         job_id=job_id,
@@ -76,8 +77,8 @@ def list_servers(session: Session, *, state: str | None, limit: int) -> list[Ser
     return repository.all_servers(session, state=state, limit=limit)
 
 
-def list_benchmarks(session: Session, *, limit: int) -> list[BenchmarkResult]:
-    return repository.benchmarks(session, limit=limit)
+def list_benchmarks(session: Session, *, job_id: uuid.UUID | None, limit: int) -> list[BenchmarkResult]:
+    return repository.benchmarks(session, job_id=job_id, limit=limit)
 
 
 def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult:

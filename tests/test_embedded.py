@@ -28,9 +28,21 @@ def embedded(tmp_path: Path) -> tuple[str, str, Path]:
     data_dir = tmp_path / "data"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     popen = proc.spawn(
-        [sys.executable, "-m", "cli.main", "up", "--port", str(port), "--data-dir", str(data_dir),
-         "--allow-root", str(tmp_path)],
-        env=env, cwd=ROOT, output=tmp_path / "up.log",
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "up",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--allow-root",
+            str(tmp_path),
+        ],
+        env=env,
+        cwd=ROOT,
+        output=tmp_path / "up.log",
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -59,8 +71,12 @@ def test_eyas_up_runs_a_job_submitted_over_http(embedded: tuple[str, str, Path])
     assert (data_dir / "eyas.sqlite").exists()
     headers = {"Authorization": f"Bearer {token}"}
     assert httpx.get(f"{url}/v1/jobs").status_code == 401
-    job = httpx.post(f"{url}/v1/jobs", json={"kind": "selftest", "params": {"lines": 3}}, headers=headers).json()
-    done = httpx.get(f"{url}/v1/jobs/{job['id']}/wait", params={"timeout": 60}, headers=headers, timeout=70).json()
+    job = httpx.post(
+        f"{url}/v1/jobs", json={"kind": "selftest", "params": {"lines": 3}}, headers=headers
+    ).json()
+    done = httpx.get(
+        f"{url}/v1/jobs/{job['id']}/wait", params={"timeout": 60}, headers=headers, timeout=70
+    ).json()
     assert done["state"] == "succeeded", done
     assert done["host"] == "local"
     text = httpx.get(f"{url}/v1/jobs/{job['id']}/logs", params={"format": "text"}, headers=headers).text

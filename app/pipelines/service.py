@@ -69,7 +69,11 @@ def latest_jobs(session: Session, pipeline: Pipeline) -> dict[str, Job]:
 def state_of(latest: dict[str, Job]) -> tuple[str, str | None]:
     """(pipeline state, the first step that failed or was cancelled)."""
     ordered = [latest[s] for s in EAGLE3_STEPS if s in latest]
+    if any(j.state == JobState.CANCELLING for j in ordered):
+        return "cancelling", None
     bad = next((j for j in ordered if j.state in _ENDED_BADLY), None)
+    if bad is not None and any(j.state in ACTIVE for j in ordered):
+        return "failing", bad.pipeline_step  # a step failed; the ones still running are being ended
     if bad is not None:
         return ("failed" if bad.state == JobState.FAILED else "cancelled"), bad.pipeline_step
     if ordered and all(j.state == JobState.SUCCEEDED for j in ordered):

@@ -1,0 +1,135 @@
+"""A whole eagle3 pipeline on CPU through real workers: a tiny constructed target, real extraction and
+training, the real converter and doctor, offline eval and a depth sweep against the reference engine.
+Acceptance figures from these toy models are plumbing checks, not quality claims."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.core.config import Settings
+from tests.conftest import WorkerProcess
+from tests.ml.tiny import chat, successor_target, write_jsonl
+
+Headers = dict[str, str]
+
+
+def pipeline_spec(root: Path, **overrides: Any) -> dict[str, Any]:
+    return {
+        "template": "eagle3",
+        "target": str(root / "target"),
+        "data": str(root / "chats.jsonl"),
+        "workdir": str(root / "runs"),
+        "host": "cpu-box",
+        "extract": {"device": "cpu", "dtype": "float32", "max_len": 64, "batch_size": 8},
+        "train": {
+            "device": "cpu",
+            "dtype": "float32",
+            "epochs": 1,
+            "batch_size": 4,
+            "max_len": 64,
+            "draft_vocab_size": 64,
+            "lr": 3e-3,
+            "init_lm_head": "random",
+            "ttt_steps": 3,
+            "loader_workers": 0,
+        },
+        "eval": {"device": "cpu", "depths": [3], "max_prompts": 2, "max_new_tokens": 12},
+        "benchmark": {
+            "depths": [3],
+            "max_prompts": 2,
+            "max_new_tokens": 12,
+            "warmup_requests": 0,
+            "speedup_threshold": 0.0,
+            "launch": {"engine": "reference", "ready_timeout_s": 120},
+        },
+        **overrides,
+    }
+
+
+@pytest.fixture
+def workspace(settings: Settings) -> Path:
+    root = settings.allowed_roots[0] / f"e2e-{time.monotonic_ns()}"
+    root.mkdir()
+    successor_target(root / "target")
+    rng = random.Random(0)
+    write_jsonl(root / "chats.jsonl", [chat(rng, turns=2, words=12) for _ in range(48)])
+    return root
+
+
+def wait_pipeline(
+    client: TestClient, headers: Headers, pipeline_id: str, timeout: float = 420
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pipeline = client.get(f"/v1/pipelines/{pipeline_id}", headers=headers).json()
+        if pipeline["state"] in ("succeeded", "failed", "cancelled"):
+            return pipeline
+        time.sleep(1)
+    raise AssertionError(
+        f"pipeline still {pipeline['state']}: {[(j['kind'], j['state']) for j in pipeline['jobs']]}"
+    )
+
+
+def test_eagle3_pipeline_end_to_end_with_lineage(
+    client: TestClient, admin: Headers, workspace: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("cpu-box")
+    created = client.post("/v1/pipelines", json=pipeline_spec(workspace), headers=admin)
+    assert created.status_code == 201, created.text
+    done = wait_pipeline(client, admin, created.json()["id"])
+    failures = {
+        j["kind"]: (j["termination_reason"], j["message"]) for j in done["jobs"] if j["state"] != "succeeded"
+    }
+    assert done["state"] == "succeeded", failures
+    jobs = {j["pipeline_step"]: j for j in done["jobs"]}
+    assert list(jobs) == ["extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"]
+    bench = jobs["benchmark"]["result"]
+    assert bench["gate"]["deployable"] is True
+    depths = {row["depth"]: row for row in bench["rows"]}
+    assert depths[3]["outputs_match"] is True  # speculative greedy output equals the baseline's
+    assert depths[3]["accept_len"] > 1.0
+    stored = client.get("/v1/benchmarks", params={"job_id": jobs["benchmark"]["id"]}, headers=admin).json()
+    assert stored[0]["deployable"] is True
+    # lineage: the SGLang-ready checkpoint leads back through the drafter to the hidden states
+    fixed = client.get("/v1/artifacts", params={"job_id": jobs["fix_keys"]["id"]}, headers=admin).json()
+    lineage = client.get(f"/v1/artifacts/{fixed[0]['id']}", headers=admin).json()
+    assert [a["kind"] for a in lineage["ancestors"]] == ["drafter", "hidden_states"]
+    assert lineage["ancestors"][1]["job_id"] == jobs["extract"]["id"]
+    metrics = client.get(f"/v1/jobs/{jobs['train']['id']}/metrics", headers=admin).json()
+    assert any("loss" in m["name"] for m in metrics)
+
+
+def test_cancel_midway_then_retry_reuses_what_succeeded(
+    client: TestClient, admin: Headers, workspace: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("cpu-box")
+    spec = pipeline_spec(workspace, train={**pipeline_spec(workspace)["train"], "epochs": 50})
+    pipeline_id = client.post("/v1/pipelines", json=spec, headers=admin).json()["id"]
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        steps = {
+            j["pipeline_step"]: j
+            for j in client.get(f"/v1/pipelines/{pipeline_id}", headers=admin).json()["jobs"]
+        }
+        if steps["train"]["state"] == "running":
+            break
+        time.sleep(0.5)
+    cancelled = client.post(f"/v1/pipelines/{pipeline_id}/cancel", headers=admin).json()
+    assert cancelled["state"] == "cancelling"  # train's process group is being ended
+    ended = wait_pipeline(client, admin, pipeline_id, timeout=60)
+    steps = {j["pipeline_step"]: j for j in ended["jobs"]}
+    assert (steps["extract"]["state"], steps["train"]["state"]) == ("succeeded", "cancelled")
+    assert steps["benchmark"]["state"] == "cancelled"
+    retried = client.post(f"/v1/pipelines/{pipeline_id}/retry", headers=admin).json()
+    again = {j["pipeline_step"]: j for j in retried["jobs"]}
+    assert again["extract"]["id"] == steps["extract"]["id"]  # the hidden states are reused, not recomputed
+    assert again["train"]["id"] != steps["train"]["id"]
+    assert again["train"]["params"]["data"] == steps["train"]["params"]["data"]
+    client.post(f"/v1/pipelines/{pipeline_id}/cancel", headers=admin)

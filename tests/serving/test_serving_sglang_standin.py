@@ -69,6 +69,9 @@ def test_ready_server_streams_its_log_reports_acceptance_and_stops(
     outcome = stage.stop()
     assert ctx.server_states()[-2:] == ["stopping", "stopped"]
     assert any("The server is fired up and ready to roll!" in line for line in ctx.lines)
+    assert any("CUDA_VISIBLE_DEVICES='0'" in line for line in ctx.lines), (
+        "the server sees the job's GPUs only"
+    )
     assert any(line.endswith("#queue-req: 0") and "accept len:" in line for line in ctx.lines)
     result = outcome["result"]
     assert 1.5 <= result["last_accept_len"] <= 2.5

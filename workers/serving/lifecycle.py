@@ -7,7 +7,6 @@ The server's output is printed through as the job's log; its state changes are `
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +21,7 @@ from workers.serving.server_process import ServerDied, ServerNotReady, ServerPro
 from workers.serving.sglang_parser import installed_sglang_version
 from workers.stages.base import StageCancelled, StageContext, StageError, TerminationReason
 
+ENV_PROGRAM = "/usr/bin/env"
 _QUOTED_LINES = 40
 _ACCEPT_EVENT_INTERVAL_S = 2.0
 
@@ -89,11 +89,11 @@ class LiveServer:
         return self.rendered.url
 
 
-def server_environment(env: dict[str, str], gpus: Sequence[int]) -> dict[str, str]:
-    """The worker's environment (PATH, PYTHONPATH…) plus the spec's, with the GPUs of the job's lease only."""
-    merged = {**os.environ, **env}
-    merged["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-    return merged
+def launch_argv(rendered: RenderedLaunch, gpus: Sequence[int]) -> list[str]:
+    """The server's argv behind `env NAME=VALUE …`: it inherits the worker's environment (PATH, PYTHONPATH),
+    gets the spec's allow-listed variables, and sees only the GPUs of the job's lease."""
+    assignments = {**rendered.env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+    return [ENV_PROGRAM, *(f"{name}={value}" for name, value in assignments.items()), *rendered.argv]
 
 
 @contextmanager
@@ -102,8 +102,7 @@ def launched_server(
 ) -> Iterator[LiveServer]:
     """Start the server, wait until /health_generate says 200, yield it, and always stop it."""
     process = ServerProcess(
-        rendered.argv,
-        server_environment(rendered.env, ctx.gpus),
+        launch_argv(rendered, ctx.gpus),
         rendered.url,
         on_line=lambda stream, text: ctx.log(text, stream=stream),
         grace_s=params.stop_grace_s,

@@ -78,7 +78,9 @@ def run_load(url: str, prompts: Sequence[Prompt], options: LoadOptions) -> tuple
     return asyncio.run(_drive(url, prompts, options))
 
 
-async def _drive(url: str, prompts: Sequence[Prompt], options: LoadOptions) -> tuple[list[RequestRecord], float]:
+async def _drive(
+    url: str, prompts: Sequence[Prompt], options: LoadOptions
+) -> tuple[list[RequestRecord], float]:
     pending: asyncio.Queue[int] = asyncio.Queue()
     for index in range(len(prompts)):
         pending.put_nowait(index)

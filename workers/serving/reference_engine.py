@@ -206,6 +206,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--context-length", type=int)
     parser.add_argument("--max-running-requests", type=int)
     parser.add_argument("--decode-log-interval", type=int, default=40)
+    parser.add_argument("--cpu-threads", type=int, default=0, help="torch CPU threads (0: half the cores)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser.parse_args(argv)
 
@@ -218,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         datefmt="%Y-%m-%d %H:%M:%S",
         stream=sys.stdout,
     )
-    _limit_cpu_threads()
+    _limit_cpu_threads(args.cpu_threads)
     from workers.serving._reference_http import serve
 
     options = EngineOptions(
@@ -236,13 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return serve(ReferenceEngine(options), host=args.host, port=args.port)
 
 
-def _limit_cpu_threads() -> None:
-    """Half the cores unless OMP_NUM_THREADS says otherwise: the benchmark client shares the machine, and an
-    oversubscribed torch on a loaded CPU was measured 10-30x slower than one thread (tiny models)."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        import torch
+def _limit_cpu_threads(requested: int) -> None:
+    """Half the cores by default: the benchmark client shares the machine, and an oversubscribed torch on a
+    loaded CPU was measured 10-30x slower than one thread (tiny models)."""
+    import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+    torch.set_num_threads(requested or max(1, (os.cpu_count() or 2) // 2))
 
 
 if __name__ == "__main__":

@@ -194,6 +194,9 @@ def _sglang_server_args(params: LaunchParams, algorithm: str | None, shape: Spec
 def _reference_args(params: LaunchParams, shape: SpecShape | None) -> list[str]:
     args = ["--model", params.model, "--host", params.host, "--port", str(params.port)]
     args += ["--log-level", params.log_level]
+    threads = params.env.get("OMP_NUM_THREADS", "")
+    if threads.isdigit():  # torch would honour it, but the engine sets its thread count explicitly
+        args += ["--cpu-threads", threads]
     if params.draft is not None and shape is not None:
         args += ["--draft", params.draft, "--depth", str(shape.num_steps)]
     return args + _optional_args(params, include_memory=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -35,7 +35,6 @@ class ServerNotReady(Exception):
 @dataclass
 class ServerProcess:
     argv: Sequence[str]
-    env: Mapping[str, str]
     url: str
     on_line: LineSink
     grace_s: float = 30.0
@@ -58,7 +57,6 @@ class ServerProcess:
             self.result = run_command(
                 self.argv,
                 on_line=self._line,
-                env=self.env,
                 cancel=self._stop,
                 grace_s=self.grace_s,
                 on_start=self._mark_started,

@@ -50,6 +50,7 @@ def main() -> int:
     mode = os.environ.get("SGLANG_STANDIN_MODE", "ready")
     load_s = float(os.environ.get("SGLANG_STANDIN_LOAD_S", "0.6"))
     say(f"server_args=ServerArgs(model_path=..., port={args.port}) (stand-in, mode {mode})")
+    say(f"visible GPUs: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}")
     say("Load weight begin. avail mem=79.10 GB")
     if mode == "exit":
         die_with(["Loading safetensors checkpoint shards: 0% Completed"], 3)

@@ -1,0 +1,228 @@
+"""The "accepted means kept" scenario: steady submissions while Redis, PostgreSQL, the API and a worker fail.
+
+Used by tests/reliability/test_accepted_means_kept.py (assertions) and bench/bench_load.py (figures).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from app.core.db import session_scope
+from app.models.job import Job
+from tests.reliability._load import JobFate, LoadClients, fates, unfinished
+from tests.reliability._services import wait_until
+from tests.reliability._stack import Stack
+
+HOSTS = ["rel-a", "rel-b"]
+
+
+@dataclass
+class Window:
+    """A fault: when it began, when the service was back, and what recovery took."""
+
+    fault: str
+    down_at: datetime
+    up_at: datetime | None = None
+    recovery_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FaultReport:
+    total: int
+    clients: int
+    accepted: int = 0
+    completed: int = 0
+    worker_lost: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    other_failures: int = 0
+    jobs_in_db: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    unexpected_responses: list[str] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    worker_restarts_by_supervisor: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_fault_scenario(
+    stack: Stack, *, total: int, clients: int, outage_s: float = 3.0, settle_s: float = 3.0
+) -> tuple[FaultReport, LoadClients, dict[str, JobFate], str]:
+    """Returns the report, the clients, every accepted job's fate, and the killed worker's name."""
+    started = time.monotonic()
+    stack.start_api()
+    for host in HOSTS:
+        stack.start_worker(host)
+    spread_s = settle_s + 4 * (outage_s + settle_s)
+    load = LoadClients(
+        stack.url, stack.headers, stack.root / "markers", total=total, clients=clients,
+        spread_s=spread_s, hosts=HOSTS,
+    ).start()  # fmt: skip
+    report = FaultReport(total=total, clients=clients)
+    supervisor = Supervisor(stack).start()
+    try:
+        time.sleep(settle_s)
+        report.windows.append(_restart_redis(stack, outage_s))
+        time.sleep(settle_s)
+        report.windows.append(_restart_postgres(stack, outage_s))
+        time.sleep(settle_s)
+        report.windows.append(_restart_api(stack))
+        time.sleep(settle_s)
+        with supervisor.paused():
+            killed_window, killed_worker = _kill_worker(stack, HOSTS[0])
+        report.windows.append(killed_window)
+        load.join(timeout_s=240)
+        ids = [a.job_id for a in load.seen.accepted.values()]
+        wait_until(lambda: unfinished(stack.settings, ids) == 0, 180, "every accepted job ending", 0.5)
+    finally:
+        supervisor.stop()
+    report.worker_restarts_by_supervisor = supervisor.restarted
+    found = fates(stack.settings, load)
+    _recovery_from_db(stack, load, found, report.windows)
+    _account(report, stack, load, found, killed_worker)
+    report.duration_s = round(time.monotonic() - started, 1)
+    return report, load, found, killed_worker
+
+
+class Supervisor(threading.Thread):
+    """Starts a worker again when it exits on its own, as `restart: unless-stopped` does in docker-compose.
+
+    A worker that exits by itself is a finding (see test_outages.py); the restarts are reported, and they
+    keep the scenario measuring what it is about: whether accepted jobs are kept.
+    """
+
+    def __init__(self, stack: Stack) -> None:
+        super().__init__(name="worker-supervisor", daemon=True)
+        self.stack = stack
+        self.restarted: list[str] = []
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+
+    def start(self) -> Supervisor:  # type: ignore[override]
+        super().start()
+        return self
+
+    def run(self) -> None:
+        while not self._halt.wait(0.5):
+            with self._lock:
+                for host, worker in list(self.stack.workers.items()):
+                    if not worker.alive():
+                        reason = "crash" if "Unrecoverable error" in worker.log() else "exit"
+                        self.restarted.append(f"{host}: {reason} at {datetime.now(UTC):%H:%M:%S}")
+                        self.stack.start_worker(host)
+
+    def paused(self) -> threading.Lock:
+        return self._lock
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=70)
+
+
+def _restart_redis(stack: Stack, outage_s: float) -> Window:
+    window = Window("redis restart (messages lost: no persistence)", datetime.now(UTC))
+    stack.redis.stop()
+    time.sleep(outage_s)
+    window.recovery_s["redis_start"] = round(stack.redis.start(), 3)
+    window.up_at = datetime.now(UTC)
+    return window
+
+
+def _restart_postgres(stack: Stack, outage_s: float) -> Window:
+    window = Window("postgresql restart (fast shutdown)", datetime.now(UTC))
+    stack.pg.stop()
+    time.sleep(outage_s)
+    window.recovery_s["postgres_start"] = round(stack.pg.start(), 3)
+    window.up_at = datetime.now(UTC)
+    return window
+
+
+def _restart_api(stack: Stack) -> Window:
+    assert stack.api is not None
+    window = Window("api kill -9 and restart", datetime.now(UTC))
+    stack.api.kill9()
+    began = time.monotonic()
+    stack.start_api()
+    window.recovery_s["api_healthy"] = round(time.monotonic() - began, 3)
+    window.up_at = datetime.now(UTC)
+    return window
+
+
+def _kill_worker(stack: Stack, host: str) -> tuple[Window, str]:
+    """kill -9 the worker process (its running jobs' process groups survive it), then start it again."""
+    old = stack.workers[host]
+    window = Window(f"worker {host} kill -9 and restart", datetime.now(UTC))
+    killed_worker = _worker_name(stack, host)
+    old.kill9()
+    began = time.monotonic()
+    stack.start_worker(host)
+    window.recovery_s["worker_registered"] = round(time.monotonic() - began, 3)
+    window.up_at = datetime.now(UTC)
+    return window, killed_worker
+
+
+def _worker_name(stack: Stack, host: str) -> str:
+    from app.hosts import repository as hosts_repo
+
+    with session_scope(stack.settings) as session:
+        row = hosts_repo.get(session, host)
+        assert row is not None and row.worker
+        return row.worker
+
+
+def _recovery_from_db(
+    stack: Stack, load: LoadClients, found: dict[str, JobFate], windows: list[Window]
+) -> None:
+    """Per window: the first job accepted after the service came back, and (broker) when the jobs accepted
+    while it was down were claimed."""
+    accepted_at = sorted(a.at for a in load.seen.accepted.values())
+    with session_scope(stack.settings) as session:
+        started = dict(
+            session.execute(
+                select(Job.id, Job.started_at).where(
+                    Job.id.in_([uuid.UUID(f.job_id) for f in found.values()])
+                )
+            ).all()
+        )
+    for window in windows:
+        if window.up_at is None:
+            continue
+        after = [t for t in accepted_at if t >= window.up_at]
+        if after:
+            window.recovery_s["first_accept_after_up"] = round((after[0] - window.up_at).total_seconds(), 3)
+        during = [
+            uuid.UUID(a.job_id) for a in load.seen.accepted.values() if window.down_at <= a.at < window.up_at
+        ]
+        window.recovery_s["accepted_while_down"] = len(during)
+        claimed = [started[j] for j in during if started.get(j) is not None]
+        if claimed:
+            last = max(claimed)
+            window.recovery_s["last_claim_after_up"] = round((last - window.up_at).total_seconds(), 3)
+
+
+def _account(
+    report: FaultReport, stack: Stack, load: LoadClients, found: dict[str, JobFate], killed_worker: str
+) -> None:
+    report.accepted = len(load.seen.accepted)
+    report.statuses = dict(load.seen.statuses)
+    report.unexpected_responses = list(load.seen.unexpected)
+    reasons = Counter((f.state, f.reason) for f in found.values())
+    report.completed = reasons[("succeeded", "SUCCEEDED")]
+    report.worker_lost = sum(
+        1 for f in found.values() if f.reason == "WORKER_LOST" and f.worker == killed_worker
+    )
+    report.other_failures = len(found) - report.completed - report.worker_lost
+    report.lost = report.accepted - sum(1 for f in found.values() if f.terminal_events == 1)
+    report.duplicated = sum(1 for f in found.values() if f.runs > 1)
+    with session_scope(stack.settings) as session:
+        report.jobs_in_db = int(session.scalar(select(func.count()).select_from(Job)) or 0)

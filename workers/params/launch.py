@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator
 
-from workers.params.common import HostPath, StageParams, _check_host_path
+from workers.params.common import HostPath, StageParams
 
 Engine = Literal["sglang", "reference", "auto"]
 Algorithm = Literal["EAGLE3", "EAGLE"]
@@ -51,6 +51,7 @@ PATH_FLAG_SUFFIXES = (
     "-template",
 )
 MAX_EXTRA_ARGS = 64
+_HOST_PATH: TypeAdapter[str] = TypeAdapter(HostPath)
 
 
 class LaunchParams(StageParams):
@@ -157,7 +158,7 @@ def _names_file(flag: str, value: str) -> bool:
 def path_problem(value: str) -> str | None:
     """Why a file-naming extra_args value is refused (None when it is a clean absolute path)."""
     try:
-        _check_host_path(value)
-    except ValueError as exc:
-        return str(exc)
+        _HOST_PATH.validate_python(value)
+    except ValidationError as exc:
+        return "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,8 +13,9 @@ from workers.serving.benchmarking import BenchmarkRun, benchmark_server, load_op
 from workers.serving.lifecycle import checked_launch, launched_server
 from workers.serving.load_client import RequestRecord
 from workers.serving.prompts import Prompt
-from workers.stages.base import StageContext
+from workers.stages.base import StageContext, StageError, TerminationReason
 
+GPU_RELEASE_TIMEOUT_S = 30.0
 TABLE_FIELDS = (
     "depth",
     "accept_len",
@@ -62,7 +64,7 @@ def _launch_and_measure(
     rendered = checked_launch(ctx, spec)
     with launched_server(ctx, spec, rendered) as server:
         ctx.log(f"{_label(depth)}: ready after {server.ready_after_s:.1f} s; benchmarking")
-        return benchmark_server(
+        measured = benchmark_server(
             server.url,
             prompts,
             load_options(params),
@@ -70,6 +72,27 @@ def _launch_and_measure(
             timing=params.timing,
             log=ctx.log,
         )
+    if ctx.gpus:
+        _wait_gpus_clean(ctx)
+    return measured
+
+
+def _wait_gpus_clean(ctx: StageContext) -> None:
+    """The next launch needs the GPUs back: the GPU gate, retried while the driver releases memory."""
+    from workers.hostinfo import gate
+
+    deadline = time.monotonic() + GPU_RELEASE_TIMEOUT_S
+    while True:
+        verdict = gate.check(list(ctx.gpus))
+        if verdict.clean:
+            return
+        if time.monotonic() > deadline:
+            raise StageError(
+                "GPUs not clean after stopping the server: " + "; ".join(verdict.problems),
+                reason=TerminationReason.GPU_NOT_CLEAN,
+                details=verdict.to_dict(),
+            )
+        time.sleep(1.0)
 
 
 def _label(depth: int | None) -> str:

@@ -40,7 +40,8 @@ class FaultReport:
     clients: int
     accepted: int = 0
     completed: int = 0
-    worker_lost: int = 0
+    worker_lost: int = 0  # failed WORKER_LOST on the worker the scenario killed: the documented outcome
+    wrongly_lost: int = 0  # failed WORKER_LOST on a live worker (the reaper after the database restart)
     lost: int = 0
     duplicated: int = 0
     other_failures: int = 0
@@ -176,8 +177,8 @@ def _worker_name(stack: Stack, host: str) -> str:
 
     with session_scope(stack.settings) as session:
         row = hosts_repo.get(session, host)
-        assert row is not None and row.worker
-        return row.worker
+        assert row is not None
+        return str(row.worker)
 
 
 def _recovery_from_db(
@@ -207,7 +208,9 @@ def _recovery_from_db(
         claimed = [started[j] for j in during if started.get(j) is not None]
         if claimed:
             last = max(claimed)
-            window.recovery_s["last_claim_after_up"] = round((last - window.up_at).total_seconds(), 3)
+            window.recovery_s["last_claim_after_up"] = round(
+                max(0.0, (last - window.up_at).total_seconds()), 3
+            )
 
 
 def _account(
@@ -221,7 +224,10 @@ def _account(
     report.worker_lost = sum(
         1 for f in found.values() if f.reason == "WORKER_LOST" and f.worker == killed_worker
     )
-    report.other_failures = len(found) - report.completed - report.worker_lost
+    report.wrongly_lost = sum(
+        1 for f in found.values() if f.reason == "WORKER_LOST" and f.worker != killed_worker
+    )
+    report.other_failures = len(found) - report.completed - report.worker_lost - report.wrongly_lost
     report.lost = report.accepted - sum(1 for f in found.values() if f.terminal_events == 1)
     report.duplicated = sum(1 for f in found.values() if f.runs > 1)
     with session_scope(stack.settings) as session:

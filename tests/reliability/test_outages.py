@@ -1,0 +1,118 @@
+"""Outages of one service at a time: the API answers 503 problem+json while PostgreSQL is down and recovers by
+itself; workers reconnect to a restarted Redis by themselves; a database restart does not lose healthy jobs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.reliability._services import wait_until
+from tests.reliability._stack import Stack
+
+
+def submit(http: httpx.Client, host: str, **params: Any) -> str:
+    response = http.post("/v1/jobs", json={"kind": "selftest", "host": host, "params": params})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def wait_terminal(http: httpx.Client, job_id: str, timeout_s: float = 30) -> dict[str, Any]:
+    job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}/wait", params={"timeout": timeout_s}).json()
+    return job
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["code"] == code
+
+
+def test_api_answers_503_while_the_database_is_down_and_recovers_without_a_restart(stack: Stack) -> None:
+    api = stack.start_api()
+    with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=30) as http:
+        job_id = submit(http, "nowhere")
+        stack.pg.stop()
+        try:
+            assert_problem(http.get(f"/v1/jobs/{job_id}"), 503, "DATABASE_UNAVAILABLE")
+            assert_problem(http.get("/v1/jobs"), 503, "DATABASE_UNAVAILABLE")
+            body = {"kind": "selftest", "host": "nowhere"}
+            assert_problem(http.post("/v1/jobs", json=body), 503, "DATABASE_UNAVAILABLE")
+            ready = http.get("/readyz")
+            assert ready.status_code == 503
+            assert ready.json()["database"]["ok"] is False
+            assert http.get("/healthz").status_code == 200  # the process itself is fine
+        finally:
+            stack.pg.start()
+        recovered_s = wait_until(lambda: http.get(f"/v1/jobs/{job_id}").status_code == 200, 30, "recovery")
+        assert recovered_s < 5, f"the API took {recovered_s:.1f} s to use the restarted database"
+        assert http.post("/v1/jobs", json={"kind": "selftest", "host": "nowhere"}).status_code == 201
+        assert http.get("/readyz").status_code == 200
+    assert api.alive(), "recovered without a restart"
+
+
+def test_an_idle_worker_reconnects_to_a_restarted_broker_by_itself(stack: Stack) -> None:
+    stack.start_api()
+    worker = stack.start_worker("rel-a")
+    stack.redis.stop()
+    time.sleep(1)
+    stack.redis.start()
+    with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:
+        job = wait_terminal(http, submit(http, "rel-a", lines=1))
+    assert job["state"] == "succeeded", job
+    assert worker.alive()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="kombu's Redis channel crashes restoring unacked messages on reconnect (AttributeError "
+    "'NoneType' has no attribute 'hostname'); Celery calls it unrecoverable and the worker shuts down",
+)
+def test_a_worker_running_jobs_survives_a_broker_restart(stack: Stack) -> None:
+    # Fewer running jobs than the worker's concurrency: its consumer holds unacked messages while it waits
+    # for more, which is the state in which the reconnect fails (every time on this machine).
+    stack.start_api()
+    worker = stack.start_worker("rel-a", EYAS_WORKER_CONCURRENCY="4")
+    with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:
+        running = [submit(http, "rel-a", sleep_s=4) for _ in range(2)]
+        wait_until(
+            lambda: all(http.get(f"/v1/jobs/{j}").json()["state"] == "running" for j in running), 30, "run"
+        )
+        stack.redis.stop()
+        time.sleep(1)
+        stack.redis.start()
+        after = wait_terminal(http, submit(http, "rel-a", lines=1), timeout_s=10)
+        assert after["state"] == "succeeded", f"a job sent after the restart was not run: {after['state']}"
+        assert [wait_terminal(http, j)["state"] for j in running] == ["succeeded"] * 2
+    assert worker.alive(), worker.log()[-2000:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the reaper counts heartbeats missed while the database itself was down: right after a restart "
+    "longer than EYAS_HEARTBEAT_S x EYAS_LOST_AFTER_HEARTBEATS it fails live jobs WORKER_LOST",
+)
+def test_a_running_job_is_not_lost_when_the_database_restarts(stack: Stack) -> None:
+    stack.start_api()
+    worker = stack.start_worker("rel-a")
+    with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:
+        job_id = submit(http, "rel-a", lines=1, sleep_s=8)
+        wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "running", 30, "running")
+        stack.pg.stop()
+        time.sleep(stack.settings.lost_after_s + 1)  # no one can write a heartbeat now
+        # The worker's pool needs a moment to reconnect after the restart (pre-ping, next beat); hold it
+        # for 1.5 s, less than the lost-after time, while the API's maintenance loop sees the database back.
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            stack.pg.start()
+            time.sleep(1.5)
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        job = wait_terminal(http, job_id)
+    assert (job["state"], job["termination_reason"]) == ("succeeded", "SUCCEEDED"), job

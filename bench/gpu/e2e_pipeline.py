@@ -1,0 +1,206 @@
+"""The whole journey on a GPU host, driven through eyas's own API: `eyas up` (embedded), then one
+`POST /v1/pipelines` (extract → train → fix_keys → gpu_check → eval → benchmark sweep with real SGLang).
+
+The target is a constructed Llama whose greedy next token is a fixed successor of the current one (so a
+drafter can learn it and acceptance shows whether every weight was loaded): figures from it are plumbing
+checks, not quality claims. Writes pipeline.json, the benchmark table and log tails to OUT.
+
+    python3 bench/gpu/e2e_pipeline.py WORKDIR OUT [--deadline-s 560] [--depths 16,10,5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.ml.tiny import WORDS, build_tokenizer, chat, successor, write_jsonl  # noqa: E402
+from workers import proc  # noqa: E402
+
+SGLANG_ARGS = [
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--disable-cuda-graph",
+]  # the offline wheel set carries no flashinfer (../shared/gpu/README.md)
+
+
+@torch.no_grad()
+def successor_target(folder: Path, hidden: int = 1024) -> Path:
+    config = LlamaConfig(
+        hidden_size=hidden,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        vocab_size=64,
+        max_position_embeddings=4096,
+        torch_dtype="bfloat16",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    for layer in model.model.layers:  # the residual stream stays the token's embedding
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+    basis, _ = torch.linalg.qr(torch.randn(hidden, config.vocab_size))
+    model.model.embed_tokens.weight.copy_(basis.T * 0.05)
+    normed = basis.T * hidden**0.5  # what the final RMS norm makes of each embedding
+    model.lm_head.weight.zero_()
+    for token in range(config.vocab_size):
+        model.lm_head.weight[successor(token)] += 0.25 * normed[token]
+    model.to(torch.bfloat16).save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def prompts(path: Path, count: int = 16) -> Path:
+    import random
+
+    rng = random.Random(7)
+    lines = [{"prompt": " ".join(rng.choice(WORDS) for _ in range(12))} for _ in range(count)]
+    return write_jsonl(path, lines)
+
+
+def spec(work: Path, depths: list[int], device: str = "cuda", engine: str = "sglang") -> dict[str, Any]:
+    launch: dict[str, Any] = {"engine": engine}
+    if engine == "sglang":
+        launch.update({"mem_fraction_static": 0.5, "extra_args": SGLANG_ARGS})
+    return {
+        "template": "eagle3",
+        "target": str(work / "target"),
+        "data": str(work / "chats.jsonl"),
+        "workdir": str(work / "runs"),
+        "host": "h200",
+        "extract": {"device": device, "max_len": 256, "batch_size": 16},
+        "train": {
+            "device": device,
+            "epochs": 2,
+            "batch_size": 8,
+            "max_len": 256,
+            "draft_vocab_size": 64,
+            "lr": 3e-4,
+            "init_lm_head": "random",
+            "ttt_steps": 7,
+        },
+        "fix_keys": {"sglang_version": "0.5.14"},
+        "eval": {
+            "device": device,
+            "depths": depths,
+            "prompts": str(work / "prompts.jsonl"),
+            "max_prompts": 8,
+            "max_new_tokens": 128,
+        },
+        "benchmark": {
+            "depths": depths,
+            "prompts": str(work / "prompts.jsonl"),
+            "max_prompts": 8,
+            "max_new_tokens": 128,
+            "launch": launch,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("work", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--deadline-s", type=float, default=560)
+    parser.add_argument("--depths", default="16,10,5")
+    parser.add_argument("--device", default="cuda", help="cpu: a dry run of this script on a CPU machine")
+    parser.add_argument("--engine", default="sglang", help="reference: a dry run without SGLang")
+    parser.add_argument("--hidden", type=int, default=1024)
+    args = parser.parse_args()
+    started = time.monotonic()
+    work, out = args.work.resolve(), args.out
+    work.mkdir(parents=True, exist_ok=True)
+    successor_target(work / "target", hidden=args.hidden)
+    import random
+
+    rng = random.Random(0)
+    write_jsonl(work / "chats.jsonl", [chat(rng, turns=3, words=20) for _ in range(400)])
+    prompts(work / "prompts.jsonl")
+    up = proc.spawn(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "up",
+            "--port",
+            "8000",
+            "--data-dir",
+            str(work / "data"),
+            "--host-name",
+            "h200",
+            "--allow-root",
+            str(work),
+        ],
+        cwd=ROOT,
+        output=out / "eyas_up.log",
+    )
+    try:
+        pipeline = spec(work, [int(d) for d in args.depths.split(",")], args.device, args.engine)
+        run(work, out, started, args.deadline_s, pipeline)
+    finally:
+        proc.terminate_group(up.pid, grace_s=20, popen=up)
+
+
+def run(work: Path, out: Path, started: float, deadline_s: float, pipeline_spec: dict[str, Any]) -> None:
+    url = "http://127.0.0.1:8000"
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.5)
+    token = (work / "data" / "admin.token").read_text().strip()
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    print("hosts:", json.dumps(http.get("/v1/hosts").json()[0]["gpus"])[:400], flush=True)
+    created = http.post("/v1/pipelines", json=pipeline_spec)
+    if created.status_code != 201:
+        raise SystemExit(created.text)
+    pipeline_id = created.json()["id"]
+    last = ""
+    while time.monotonic() - started < deadline_s:
+        pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+        line = " ".join(f"{j['kind']}={j['state']}" for j in pipeline["jobs"])
+        if line != last:
+            print(f"[{time.monotonic() - started:5.0f}s] {pipeline['state']}: {line}", flush=True)
+            last = line
+        if pipeline["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(3)
+    report(http, pipeline_id, out)
+
+
+def report(http: httpx.Client, pipeline_id: str, out: Path) -> None:
+    pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+    (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
+    logs = []
+    for job in pipeline["jobs"]:
+        tail = http.get(f"/v1/jobs/{job['id']}/logs", params={"tail": 60, "format": "text"}).text
+        logs.append(
+            f"===== {job['kind']} {job['state']} {job['termination_reason']} {job['message']}\n{tail}"
+        )
+    (out / "job_logs.txt").write_text("\n".join(logs))
+    (out / "benchmarks.json").write_text(json.dumps(http.get("/v1/benchmarks").json(), indent=2))
+    (out / "servers.json").write_text(json.dumps(http.get("/v1/servers").json(), indent=2))
+    for job in pipeline["jobs"]:
+        if job["kind"] in ("eval", "benchmark", "train"):
+            print(f"== {job['kind']} {job['state']}: {json.dumps(job['result'])[:1500]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

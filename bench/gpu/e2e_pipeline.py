@@ -70,7 +70,7 @@ def prompts(path: Path, count: int = 16) -> Path:
     import random
 
     rng = random.Random(7)
-    lines = [{"prompt": " ".join(rng.choice(WORDS) for _ in range(12))} for _ in range(count)]
+    lines = [{"text": " ".join(rng.choice(WORDS) for _ in range(12))} for _ in range(count)]
     return write_jsonl(path, lines)
 
 

@@ -114,7 +114,8 @@ FATAL_LOG_PATTERNS: tuple[FatalPattern, ...] = (
     _fatal("context_length", r"ValueError: .*context_length", f"set {CONTEXT_OVERRIDE_ENV}=1 or lower it"),
     _fatal(
         "weight_loading",
-        r"SafetensorError|Error while deserializing|does not appear to have a file named|"
+        # "no generation_config.json … Proceeding without generation config" is only a warning (seen on an H200)
+        r"SafetensorError|Error while deserializing|does not appear to have a file named (?!generation_config)|"
         r"Can't load the model|No such file or directory: .*(safetensors|\.bin|config\.json)",
         "check the model and draft folders",
     ),

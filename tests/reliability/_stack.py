@@ -1,4 +1,5 @@
-"""A whole private eyas: its own PostgreSQL and Redis, a real API (uvicorn) and real workers, all restartable."""
+"""A whole private eyas: its own PostgreSQL and Redis, a real API (uvicorn) and real workers, all
+restartable."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def test_every_route_but_the_public_ones_needs_a_token_and_its_scope(
     app = create_app(settings.model_copy(update={"auth_failures_per_minute": 10_000}))
     routes = every_route(app)
     assert len(routes) > 20, "the route table looks empty"
-    unguarded = [(m, p) for m, p, r in routes if (m, p) not in PUBLIC and required_scope(r) is None]  # noqa: E501
+    unguarded = [(m, p) for m, p, r in routes if (m, p) not in PUBLIC and required_scope(r) is None]
     assert unguarded == [], f"routes without a scope dependency: {unguarded}"
     jobs_before = job_count(settings)
     body = {"kind": "selftest", "host": "gpu-a", "name": "x", "scopes": ["admin"]}
@@ -104,7 +104,7 @@ def test_every_route_but_the_public_ones_needs_a_token_and_its_scope(
                     method, url, json=body, headers={"Authorization": "Bearer eyas_wrong"}
                 ).status_code
                 == 401
-            )  # noqa: E501
+            )
             assert scope is not None
             if scope in SMALLER_SCOPE:
                 weak = client.request(method, url, json=body, headers=token_for(SMALLER_SCOPE[scope]))
@@ -123,15 +123,17 @@ def test_public_routes_answer_without_a_token(client: TestClient) -> None:
 def test_tokens_are_stored_only_as_hashes(client: TestClient, admin: Headers, settings: Settings) -> None:
     created = client.post("/v1/tokens", json={"name": "ci", "scopes": ["submit"]}, headers=admin).json()
     secret = created["token"]
-    assert secret.startswith("eyas_") and len(secret) > 40
+    assert secret.startswith("eyas_")
+    assert len(secret) > 40
     with session_scope(settings) as session:
         rows = [str(tuple(r)) for r in session.execute(text("SELECT * FROM api_token"))]
         stored = session.execute(
             text("SELECT token_hash, prefix FROM api_token WHERE id = :id"), {"id": uuid.UUID(created["id"])}
-        ).one()  # noqa: E501
+        ).one()
     assert not any(secret in row or secret[9:] in row for row in rows), "the secret is stored in clear"
     assert stored.token_hash == hashlib.sha256(secret.encode()).hexdigest()
-    assert secret.startswith(stored.prefix) and len(stored.prefix) <= 9
+    assert secret.startswith(stored.prefix)
+    assert len(stored.prefix) <= 9
     listed = client.get("/v1/tokens", headers=admin).json()
     assert all("token" not in t and "token_hash" not in t for t in listed)
 
@@ -155,7 +157,7 @@ def test_failed_authentications_are_rate_limited_per_client(settings: Settings, 
     with (
         TestClient(app, client=("10.0.0.1", 5000)) as attacker,
         TestClient(app, client=("10.0.0.2", 5000)) as other,
-    ):  # noqa: E501
+    ):
         for attempt in range(limit):
             response = attacker.get("/v1/jobs", headers={"Authorization": f"Bearer eyas_guess{attempt}"})
             assert response.status_code == 401, attempt

@@ -73,7 +73,8 @@ def partial_rows(stack: Stack) -> dict[str, int]:
         "(SELECT 1 FROM idempotency_key k WHERE k.job_id = j.id)",
         "pending_without_dependency": "SELECT count(*) FROM job j WHERE j.state = 'pending' AND NOT EXISTS "
         "(SELECT 1 FROM job_dependency d WHERE d.job_id = j.id)",
-        "queued_never_dispatched": "SELECT count(*) FROM job WHERE state = 'queued' AND dispatched_at IS NULL",
+        "queued_never_dispatched": "SELECT count(*) FROM job "
+        "WHERE state = 'queued' AND dispatched_at IS NULL",
     }
     with session_scope(stack.settings) as session:
         return {name: int(session.execute(text(sql)).scalar_one()) for name, sql in queries.items()}

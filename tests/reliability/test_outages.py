@@ -1,5 +1,6 @@
-"""Outages of one service at a time: the API answers 503 problem+json while PostgreSQL is down and recovers by
-itself; workers reconnect to a restarted Redis by themselves; a database restart does not lose healthy jobs."""
+"""Outages of one service at a time: the API answers 503 problem+json while PostgreSQL is down and recovers
+by itself; workers reconnect to a restarted Redis by themselves; a database restart does not lose healthy
+jobs."""
 
 from __future__ import annotations
 

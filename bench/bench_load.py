@@ -1,0 +1,149 @@
+"""Status polling under load, beside the bare-endpoint ceiling, plus the fault-scenario figures. Prints JSON.
+
+While `--jobs` selftest jobs stream log lines (`--lines-per-second` each) on a real worker, closed-loop
+clients poll GET /v1/jobs/{id} (rotating over those jobs) for `--seconds` at each client count; the same
+clients then hit bench/_bare_app.py (constant JSON, served by uvicorn the same way) while the jobs still
+stream, so both figures share the machine's load. `best_within_target` is the highest request rate whose
+p99 stays within --target-p99-ms. Then, unless --skip-faults, the accepted-means-kept fault scenario of
+tests/reliability runs on a private PostgreSQL and Redis and its figures are added.
+
+    .venv/bin/python bench/bench_load.py [--seconds 10] [--clients 1 4 16] [--jobs 20] [--skip-faults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _harness import admin_token, database, free_port, make_settings, service, summary_ms
+
+HOST = "bench-load"
+
+
+async def poll(urls: list[str], headers: dict[str, str], clients: int, seconds: float) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def one_client(http: httpx.AsyncClient, offset: int) -> None:
+        nonlocal errors
+        n = offset
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            response = await http.get(urls[n % len(urls)], headers=headers)
+            latencies.append(time.perf_counter() - started)
+            errors += response.status_code != 200
+            n += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as http:
+        await http.get(urls[0], headers=headers)  # warm up
+        started = time.monotonic()
+        await asyncio.gather(*(one_client(http, i) for i in range(clients)))
+        elapsed = time.monotonic() - started
+    return {"clients": clients, "requests_per_s": round(len(latencies) / elapsed, 1), "errors": errors,
+            **summary_ms(latencies)}  # fmt: skip
+
+
+def best_within(rows: list[dict[str, Any]], target_ms: float) -> dict[str, Any] | None:
+    fits = [r for r in rows if r["p99_ms"] <= target_ms and r["errors"] == 0]
+    return max(fits, key=lambda r: r["requests_per_s"]) if fits else None
+
+
+def start_streaming_jobs(api: str, headers: dict[str, str], args: argparse.Namespace) -> list[str]:
+    budget_s = 30 + 2 * len(args.clients) * args.seconds
+    params = {"lines": int(args.lines_per_second * budget_s), "lines_per_second": args.lines_per_second}
+    ids = []
+    for _ in range(args.jobs):
+        body = {"kind": "selftest", "host": HOST, "params": params}
+        response = httpx.post(f"{api}/v1/jobs", json=body, headers=headers, timeout=30)
+        response.raise_for_status()
+        ids.append(response.json()["id"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        states = [httpx.get(f"{api}/v1/jobs/{j}", headers=headers).json()["state"] for j in ids]
+        if all(s == "running" for s in states):
+            return ids
+        time.sleep(0.5)
+    raise SystemExit(f"the {args.jobs} jobs did not all start: {states}")
+
+
+def shipped_lines(api: str, headers: dict[str, str], ids: list[str]) -> int:
+    total = 0
+    for job_id in ids:
+        page = httpx.get(f"{api}/v1/jobs/{job_id}/logs", params={"tail": 1}, headers=headers).json()
+        total += page["lines"][-1]["seq"] if page["lines"] else 0
+    return total
+
+
+def measure_polling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    with database() as db_url:
+        settings = make_settings(db_url, tmp / "data", worker_concurrency=max(4, args.jobs))
+        headers = {"Authorization": f"Bearer {admin_token(settings)}"}
+        api_port, bare_port = free_port(), free_port()
+        api = f"http://127.0.0.1:{api_port}"
+        bare_argv = ["-m", "uvicorn", "bench._bare_app:app", "--port", str(bare_port), "--no-access-log"]
+        with (
+            service(["-m", "cli.main", "api", "--port", str(api_port)], settings, tmp / "api.log",
+                    ready_url=f"{api}/healthz"),
+            service(["-m", "cli.main", "worker", "--host-name", HOST], settings, tmp / "worker.log",
+                    ready_text="ready."),
+            service(bare_argv, settings, tmp / "bare.log", ready_url=f"http://127.0.0.1:{bare_port}/job"),
+        ):  # fmt: skip
+            ids = start_streaming_jobs(api, headers, args)
+            lines_before, started = shipped_lines(api, headers, ids), time.monotonic()
+            urls = [f"{api}/v1/jobs/{j}" for j in ids]
+            eyas = [asyncio.run(poll(urls, headers, c, args.seconds)) for c in args.clients]
+            bare_urls = [f"http://127.0.0.1:{bare_port}/job"]
+            bare = [asyncio.run(poll(bare_urls, {}, c, args.seconds)) for c in args.clients]
+            lines_per_s = (shipped_lines(api, headers, ids) - lines_before) / (time.monotonic() - started)
+            for job_id in ids:
+                httpx.post(f"{api}/v1/jobs/{job_id}/cancel", headers=headers)
+    return {
+        "streaming_jobs": args.jobs,
+        "lines_per_second_per_job": args.lines_per_second,
+        "log_lines_shipped_per_s": round(lines_per_s, 1),
+        "eyas_get_job": eyas,
+        "bare_fastapi": bare,
+        "target_p99_ms": args.target_p99_ms,
+        "eyas_best_within_target": best_within(eyas, args.target_p99_ms),
+        "bare_best_within_target": best_within(bare, args.target_p99_ms),
+    }
+
+
+def measure_faults(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    # The scenario lives with the tests that assert on it; _harness put the repository on sys.path.
+    from tests.reliability._scenario import run_fault_scenario
+    from tests.reliability._stack import private_stack
+
+    with private_stack(tmp / "faults") as stack:
+        report, *_ = run_fault_scenario(stack, total=args.fault_jobs, clients=args.fault_clients)
+    return report.as_dict()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--lines-per-second", type=float, default=20)
+    parser.add_argument("--target-p99-ms", type=float, default=50)
+    parser.add_argument("--fault-jobs", type=int, default=60)
+    parser.add_argument("--fault-clients", type=int, default=6)
+    parser.add_argument("--skip-faults", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out: dict[str, Any] = {"benchmark": "load", "polling": measure_polling(args, Path(tmp))}
+        if not args.skip_faults:
+            out["faults"] = measure_faults(args, Path(tmp))
+    print(json.dumps(out, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -32,7 +32,10 @@ class FuzzRun:
     operations: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
     server_errors: list[str] = field(default_factory=list)
-    nul_byte_503s: int = 0  # the known finding below, counted apart so that any other 5xx fails the run
+    # The database is up throughout, so a 503 DATABASE_UNAVAILABLE is a value PostgreSQL refused (NUL, an
+    # integer past 64 bits): finding 4 of docs/reliability.md, tested in test_hostile_input.py and
+    # counted apart here, so that any other 5xx fails the run.
+    database_refused_503s: int = 0
     success_mismatches: list[str] = field(default_factory=list)
     error_mismatches: Counter[str] = field(default_factory=Counter)
 
@@ -42,7 +45,7 @@ class FuzzRun:
             "operations": self.operations,
             "statuses": dict(sorted(self.statuses.items())),
             "server_errors": self.server_errors[:20],
-            "nul_byte_503s": self.nul_byte_503s,
+            "database_refused_503s": self.database_refused_503s,
             "success_mismatches": self.success_mismatches[:20],
             "error_mismatches": dict(self.error_mismatches),
         }
@@ -66,8 +69,8 @@ def fuzz(settings: Settings, admin: Headers, examples_per_operation: int) -> Fuz
         response = case.call(headers=admin)
         run.cases += 1
         run.statuses[response.status_code] += 1
-        if response.status_code == 503 and "\\x00" in repr(case.query):
-            run.nul_byte_503s += 1
+        if response.status_code == 503 and response.json().get("code") == "DATABASE_UNAVAILABLE":
+            run.database_refused_503s += 1
         elif (failure := _failure(case, response, [not_a_server_error], admin)) is not None:
             run.server_errors.append(failure)
         elif (failure := _failure(case, response, DOCUMENT_CHECKS, admin)) is not None:

@@ -33,7 +33,8 @@ class Accepted:
     tag: str
     job_id: str
     status: int
-    at: datetime
+    sent_at: datetime  # when the request that got the 2xx was sent
+    at: datetime  # when its answer arrived
 
 
 @dataclass
@@ -111,6 +112,7 @@ class LoadClients:
         body = self.body(index, tag)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
+            sent_at = datetime.now(UTC)
             try:
                 response = http.post("/v1/jobs", json=body, headers={"Idempotency-Key": tag})
             except httpx.TransportError as exc:
@@ -119,7 +121,8 @@ class LoadClients:
                 continue
             if response.status_code in (200, 201):
                 self.seen.note(str(response.status_code))
-                accepted = Accepted(tag, response.json()["id"], response.status_code, datetime.now(UTC))
+                job_id = response.json()["id"]
+                accepted = Accepted(tag, job_id, response.status_code, sent_at, datetime.now(UTC))
                 with self.seen.lock:
                     self.seen.accepted[tag] = accepted
                 return

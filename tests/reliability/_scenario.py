@@ -201,10 +201,14 @@ def _recovery_from_db(
         after = [t for t in accepted_at if t >= window.up_at]
         if after:
             window.recovery_s["first_accept_after_up"] = round((after[0] - window.up_at).total_seconds(), 3)
-        during = [
-            uuid.UUID(a.job_id) for a in load.seen.accepted.values() if window.down_at <= a.at < window.up_at
+        sent_while_down = [
+            a for a in load.seen.accepted.values() if window.down_at <= a.sent_at < window.up_at
         ]
-        window.recovery_s["accepted_while_down"] = len(during)
+        during = [uuid.UUID(a.job_id) for a in sent_while_down]
+        window.recovery_s["sent_while_down"] = len(during)
+        if sent_while_down:
+            slowest = max((a.at - a.sent_at).total_seconds() for a in sent_while_down)
+            window.recovery_s["slowest_answer_while_down"] = round(slowest, 3)
         claimed = [started[j] for j in during if started.get(j) is not None]
         if claimed:
             last = max(claimed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import checkpoints, local, remote
+from cli import checkpoints, local, pipelines, remote
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=True, help="eyas: train EAGLE-3 drafters, serve them with SGLang."
@@ -26,6 +26,8 @@ app.command("fix-keys")(checkpoints.fix_keys)
 token.command("create")(remote.token_create)
 token.command("list")(remote.token_list)
 token.command("revoke")(remote.token_revoke)
+app.command()(pipelines.demo)
+app.add_typer(pipelines.pipeline, name="pipeline")
 app.add_typer(db, name="db")
 app.add_typer(token, name="token")
 

@@ -19,13 +19,12 @@ from typing import Any
 
 import httpx
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.ml.tiny import WORDS, build_tokenizer, chat, successor, write_jsonl  # noqa: E402
 from workers import proc  # noqa: E402
+from workers.ml.demo_assets import WORDS, chat, successor_target, write_jsonl  # noqa: E402
 
 SGLANG_ARGS = [
     "--attention-backend",
@@ -36,34 +35,6 @@ SGLANG_ARGS = [
     "none",
     "--disable-cuda-graph",
 ]  # the offline wheel set carries no flashinfer (../shared/gpu/README.md)
-
-
-@torch.no_grad()
-def successor_target(folder: Path, hidden: int = 1024) -> Path:
-    config = LlamaConfig(
-        hidden_size=hidden,
-        num_attention_heads=16,
-        num_key_value_heads=4,
-        intermediate_size=2816,
-        num_hidden_layers=8,
-        vocab_size=64,
-        max_position_embeddings=4096,
-        torch_dtype="bfloat16",
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    for layer in model.model.layers:  # the residual stream stays the token's embedding
-        layer.self_attn.o_proj.weight.zero_()
-        layer.mlp.down_proj.weight.zero_()
-    basis, _ = torch.linalg.qr(torch.randn(hidden, config.vocab_size))
-    model.model.embed_tokens.weight.copy_(basis.T * 0.05)
-    normed = basis.T * hidden**0.5  # what the final RMS norm makes of each embedding
-    model.lm_head.weight.zero_()
-    for token in range(config.vocab_size):
-        model.lm_head.weight[successor(token)] += 0.25 * normed[token]
-    model.to(torch.bfloat16).save_pretrained(folder)
-    build_tokenizer().save_pretrained(folder)
-    return folder
 
 
 def prompts(path: Path, count: int = 16) -> Path:
@@ -126,7 +97,9 @@ def main() -> None:
     started = time.monotonic()
     work, out = args.work.resolve(), args.out
     work.mkdir(parents=True, exist_ok=True)
-    successor_target(work / "target", hidden=args.hidden)
+    successor_target(
+        work / "target", hidden=args.hidden, heads=16, kv_heads=4, intermediate=2816, dtype=torch.bfloat16
+    )
     import random
 
     rng = random.Random(0)

@@ -1,0 +1,195 @@
+"""`eyas pipeline …` (the whole journey in one request) and `eyas demo` (local toy assets to try it on)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cli.client import EXIT_JOB_CANCELLED, EXIT_JOB_FAILED, EXIT_OK, EXIT_TIMEOUT, Api, fail
+from cli.remote import DEFAULT_URL, JsonOpt, TokenOpt, UrlOpt, console
+
+pipeline = typer.Typer(
+    no_args_is_help=True, help="one request: extract → train → fix_keys → gpu_check → eval → benchmark"
+)
+
+
+def _load_spec(file: Path) -> dict[str, Any]:
+    try:
+        spec = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        fail(f"cannot read {file}: {exc}")
+    if not isinstance(spec, dict):
+        fail(f"{file} must hold a JSON object")
+    return spec
+
+
+@pipeline.command("run")
+def run(
+    template: Annotated[str, typer.Argument(help="pipeline template (eagle3)")],
+    file: Annotated[
+        Path, typer.Option("-f", "--file", help="JSON spec: target, data, workdir, host, steps…")
+    ],
+    wait: Annotated[bool, typer.Option(help="wait for the end and exit with its outcome")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a pipeline."""
+    spec = {**_load_spec(file), "template": template}
+    created = Api(url, token).json("POST", "/v1/pipelines", json=spec)
+    if not wait:
+        _print(created, as_json)
+        return
+    _wait(Api(url, token), created["id"], as_json, timeout=0)
+
+
+@pipeline.command("status")
+def status(
+    pipeline_id: str,
+    watch: Annotated[
+        bool, typer.Option("--wait", help="follow until it ends; exit with its outcome")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="with --wait: give up after this many seconds (0 = never)")
+    ] = 0,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a pipeline's steps. With --wait: exit 0 succeeded, 1 failed, 3 cancelled, 4 timed out."""
+    api = Api(url, token)
+    if watch:
+        _wait(api, pipeline_id, as_json, timeout)
+    _print(api.json("GET", f"/v1/pipelines/{_uuid(pipeline_id)}"), as_json)
+
+
+@pipeline.command("cancel")
+def cancel(
+    pipeline_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Cancel the running and waiting steps."""
+    _print(Api(url, token).json("POST", f"/v1/pipelines/{_uuid(pipeline_id)}/cancel"), as_json)
+
+
+@pipeline.command("retry")
+def retry(
+    pipeline_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Run again from the failed step, reusing what succeeded."""
+    _print(Api(url, token).json("POST", f"/v1/pipelines/{_uuid(pipeline_id)}/retry"), as_json)
+
+
+def _wait(api: Api, pipeline_id: str, as_json: bool, timeout: float) -> None:
+    deadline = time.monotonic() + timeout if timeout else None
+    path = f"/v1/pipelines/{_uuid(pipeline_id)}"
+    last = ""
+    with console.status("waiting…", spinner="dots") as spinner:
+        while True:
+            current = api.json("GET", path)
+            line = "  ".join(f"{j['pipeline_step']}:{_pct(j)}" for j in current["jobs"])
+            if line != last and not as_json:
+                spinner.update(f"{current['state']}  {line}")
+                last = line
+            if current["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                _print(current, as_json)
+                raise typer.Exit(EXIT_TIMEOUT)
+            time.sleep(2)
+    _print(current, as_json)
+    codes = {"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}
+    raise typer.Exit(codes.get(current["state"], EXIT_JOB_FAILED))
+
+
+def _pct(job: dict[str, Any]) -> str:
+    if job["state"] == "running" and job.get("progress") is not None:
+        return f"{job['progress'] * 100:.0f}%"
+    return str(job["state"])
+
+
+def _print(current: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(current, indent=2))
+        return
+    console.print(
+        f"pipeline {current['id']}: [bold]{current['state']}[/bold]"
+        + (f" (failed at {current['failed_step']})" if current.get("failed_step") else "")
+    )
+    table = Table("step", "job", "state", "progress", "reason", "message")
+    for job in current["jobs"]:
+        progress = f"{job['progress'] * 100:.0f}%" if job.get("progress") is not None else ""
+        table.add_row(
+            job.get("pipeline_step") or job["kind"],
+            job["id"][:8],
+            job["state"],
+            progress,
+            job.get("termination_reason") or "",
+            (job.get("message") or "")[:80],
+        )
+    console.print(table)
+
+
+def _uuid(value: str) -> str:
+    import uuid
+
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        fail(f"{value!r} is not a pipeline id (a UUID)")
+
+
+def demo(
+    folder: Annotated[Path, typer.Argument(help="where to write the toy target, data and pipeline spec")],
+    host: Annotated[str | None, typer.Option(help="host the pipeline runs on")] = None,
+) -> None:
+    """Write a tiny local target, conversations, prompts and a pipeline.json for them (CPU engine)."""
+    from workers.ml.demo_assets import write_demo
+
+    folder = folder.resolve()
+    assets = write_demo(folder)
+    spec = {
+        "template": "eagle3",
+        "target": assets["target"],
+        "data": assets["data"],
+        "workdir": str(folder / "runs"),
+        "extract": {"device": "cpu", "dtype": "float32", "max_len": 64, "batch_size": 8},
+        "train": {
+            "device": "cpu",
+            "dtype": "float32",
+            "epochs": 1,
+            "batch_size": 4,
+            "max_len": 64,
+            "draft_vocab_size": 64,
+            "lr": 3e-3,
+            "init_lm_head": "random",
+            "ttt_steps": 3,
+            "loader_workers": 0,
+        },
+        "eval": {
+            "device": "cpu",
+            "depths": [5, 3],
+            "prompts": assets["prompts"],
+            "max_prompts": 4,
+            "max_new_tokens": 24,
+        },
+        "benchmark": {
+            "depths": [5, 3],
+            "prompts": assets["prompts"],
+            "max_prompts": 4,
+            "max_new_tokens": 24,
+            "warmup_requests": 0,
+            "launch": {"engine": "reference"},
+        },
+    }
+    if host:
+        spec["host"] = host
+    (folder / "pipeline.json").write_text(json.dumps(spec, indent=2))
+    typer.echo(
+        f"wrote {folder}/target, chats.jsonl, prompts.jsonl and pipeline.json\n"
+        f"run it: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait"
+    )

@@ -180,3 +180,13 @@ def unfinished(settings: Settings, job_ids: list[str]) -> int:
             Job.id.in_([uuid.UUID(j) for j in job_ids]), Job.state.not_in(terminal)
         )
         return int(session.scalar(query) or 0)
+
+
+def state_counts(settings: Settings, job_ids: list[str]) -> dict[str, int]:
+    with session_scope(settings) as session:
+        query = (
+            select(Job.state, func.count())
+            .where(Job.id.in_([uuid.UUID(j) for j in job_ids]))
+            .group_by(Job.state)
+        )
+        return {state: int(count) for state, count in session.execute(query)}

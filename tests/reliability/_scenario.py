@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from app.core.db import session_scope
 from app.models.job import Job
-from tests.reliability._load import JobFate, LoadClients, fates, unfinished
+from tests.reliability._load import JobFate, LoadClients, fates, state_counts, unfinished
 from tests.reliability._services import wait_until
 from tests.reliability._stack import Stack
 
@@ -72,19 +72,9 @@ def run_fault_scenario(
     report = FaultReport(total=total, clients=clients)
     supervisor = Supervisor(stack).start()
     try:
-        time.sleep(settle_s)
-        report.windows.append(_restart_redis(stack, outage_s))
-        time.sleep(settle_s)
-        report.windows.append(_restart_postgres(stack, outage_s))
-        time.sleep(settle_s)
-        report.windows.append(_restart_api(stack))
-        time.sleep(settle_s)
-        with supervisor.paused():
-            killed_window, killed_worker = _kill_worker(stack, HOSTS[0])
-        report.windows.append(killed_window)
+        killed_worker = _inject_faults(stack, report, supervisor, outage_s=outage_s, settle_s=settle_s)
         load.join(timeout_s=240)
-        ids = [a.job_id for a in load.seen.accepted.values()]
-        wait_until(lambda: unfinished(stack.settings, ids) == 0, 180, "every accepted job ending", 0.5)
+        _wait_all_ended(stack, [a.job_id for a in load.seen.accepted.values()])
     finally:
         supervisor.stop()
     report.worker_restarts_by_supervisor = supervisor.restarted
@@ -93,6 +83,30 @@ def run_fault_scenario(
     _account(report, stack, load, found, killed_worker)
     report.duration_s = round(time.monotonic() - started, 1)
     return report, load, found, killed_worker
+
+
+def _inject_faults(
+    stack: Stack, report: FaultReport, supervisor: Supervisor, *, outage_s: float, settle_s: float
+) -> str:
+    """Redis, then PostgreSQL, then the API, then a worker, `settle_s` apart; returns the killed worker."""
+    time.sleep(settle_s)
+    report.windows.append(_restart_redis(stack, outage_s))
+    time.sleep(settle_s)
+    report.windows.append(_restart_postgres(stack, outage_s))
+    time.sleep(settle_s)
+    report.windows.append(_restart_api(stack))
+    time.sleep(settle_s)
+    with supervisor.paused():
+        killed_window, killed_worker = _kill_worker(stack, HOSTS[0])
+    report.windows.append(killed_window)
+    return killed_worker
+
+
+def _wait_all_ended(stack: Stack, job_ids: list[str], timeout_s: float = 300) -> None:
+    try:
+        wait_until(lambda: unfinished(stack.settings, job_ids) == 0, timeout_s, "every job ending", 0.5)
+    except TimeoutError:
+        raise AssertionError(f"jobs still not ended: {state_counts(stack.settings, job_ids)}") from None
 
 
 class Supervisor(threading.Thread):

@@ -12,6 +12,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import dispose_engines
 from app.core.errors import install_error_handlers
 from app.core.limits import BodySizeLimit
+from app.core.openapi import install_openapi
 from app.core.security import FailureLimiter
 from app.jobs.maintenance import MaintenanceLoop
 
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.auth_limiter = FailureLimiter(settings.auth_failures_per_minute)
     install_error_handlers(app)
+    install_openapi(app)
     include_routers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -16,6 +16,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.core.security import Scope
 
+MAX_HEADER_BYTES = 64 * 1024
 HOST_NAME_HELP = "name of this GPU host; the worker consumes queue host.<name>"
 
 
@@ -53,7 +54,16 @@ def run_api(settings: Settings, *, host: str, port: int) -> None:
 
     from app.main import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
+    # h11 rather than httptools: httptools reads header blocks of any size (50 MB seen in tests/reliability).
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        http="h11",
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
 
 
 def up(

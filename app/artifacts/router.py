@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"])
 def list_artifacts(
     session: SessionDep,
     _: ReadPrincipal,
-    kind: Annotated[str | None, Query(max_length=64)] = None,
+    kind: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = None,
     job_id: uuid.UUID | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[ArtifactRead]:

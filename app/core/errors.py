@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger("eyas.api")
@@ -102,6 +102,14 @@ def install_error_handlers(app: FastAPI) -> None:
             body = {"status": exc.status_code, "code": f"HTTP_{exc.status_code}", "detail": str(exc.detail)}
             return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_JSON)
         return problem(code, str(exc.detail), instance=request.url.path)
+
+    @app.exception_handler(DataError)
+    async def _bad_value(request: Request, exc: DataError) -> JSONResponse:
+        return problem(
+            ErrorCode.VALIDATION_FAILED,
+            "a value in the request cannot be stored or compared by the database",
+            instance=request.url.path,
+        )
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(DBAPIError)

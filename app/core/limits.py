@@ -1,4 +1,8 @@
-"""ASGI middleware that refuses request bodies past a size limit before they are read into memory."""
+"""ASGI middleware that refuses request bodies past a size limit with 413, before the app reads them.
+
+A body is read (up to the limit) before the app sees it, so a body streamed without Content-Length is
+refused with the same 413 as a declared one; request bodies here are small JSON documents.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-
-class BodyTooLarge(Exception):
-    pass
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class BodySizeLimit:
@@ -18,36 +20,47 @@ class BodySizeLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await _reject(send, self.max_bytes)
             return
-        received = 0
-        started = False
+        body = await _read_body(receive, self.max_bytes)
+        if body is None:
+            await _reject(send, self.max_bytes)
+            return
+        await self.app(scope, _replay(body, receive), send)
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge()
-            return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # the client went away; the app sees an empty or partial body
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await _reject(send, self.max_bytes)
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # after the body: disconnect notifications (SSE, long polls)
+
+    return replayed
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -69,14 +82,9 @@ async def _reject(send: Send, limit: int) -> None:
         "detail": f"request body exceeds {limit} bytes",
     }
     payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/problem+json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from enum import StrEnum
 
 from celery import Celery
@@ -41,7 +42,12 @@ def make_celery(settings: Settings, name: str = "eyas") -> Celery:
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
-        broker_transport_options={"visibility_timeout": 3600} if settings.broker_url else {},
+        # ack_emulation off: with it, kombu's Redis transport crashed the worker on a Redis restart
+        # (tests/reliability). Messages are then acked on delivery; a lost one is re-sent from the database.
+        broker_transport_options={"visibility_timeout": 3600, "ack_emulation": False}
+        if settings.broker_url
+        else {},
+        broker_connection_timeout=1.0,
         task_default_queue=control_queue(settings),
         worker_hijack_root_logger=False,
         broker_pool_limit=10,
@@ -62,8 +68,18 @@ def client(settings: Settings | None = None) -> Celery:
     return app
 
 
+_BREAKER_OPEN_S = 5.0
+_broker_down_until = 0.0
+
+
 def send_job(settings: Settings, job_id: str, host: str) -> bool:
-    """Send a run message; False when the broker is unreachable (the reconciler sends it later)."""
+    """Send a run message; False when the broker is unreachable (the reconciler sends it later).
+
+    After a failed send, sends are skipped for a few seconds so requests do not each wait on a dead broker.
+    """
+    global _broker_down_until
+    if time.monotonic() < _broker_down_until:
+        return False
     try:
         client(settings).send_task(
             TaskName.RUN_JOB,
@@ -75,6 +91,7 @@ def send_job(settings: Settings, job_id: str, host: str) -> bool:
         return True
     except Exception as exc:  # any broker failure: the database stays the record
         logger.warning("could not send job %s to %s: %s", job_id, host, exc)
+        _broker_down_until = time.monotonic() + _BREAKER_OPEN_S
         return False
 
 

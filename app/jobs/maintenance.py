@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 from app.core.config import Settings
@@ -21,11 +22,15 @@ logger = logging.getLogger("eyas.maintenance")
 _RETENTION_EVERY_S = 600.0
 
 
-def tick(settings: Settings) -> dict[str, int]:
-    with session_scope(settings) as session:
-        lost = lifecycle.reap_lost(session, settings)
-        for job_id in lost:
-            servers.end_server_of_job(session, job_id=job_id, state="failed", message="its worker was lost")
+def tick(settings: Settings, *, reap: bool = True) -> dict[str, int]:
+    lost: list[uuid.UUID] = []
+    if reap:
+        with session_scope(settings) as session:
+            lost = lifecycle.reap_lost(session, settings)
+            for job_id in lost:
+                servers.end_server_of_job(
+                    session, job_id=job_id, state="failed", message="its worker was lost"
+                )
     with session_scope(settings) as session:
         sent = lifecycle.redispatch(session, settings)
     return {"lost": len(lost), "redispatched": sent}
@@ -43,11 +48,15 @@ class MaintenanceLoop(threading.Thread):
         self.settings = settings
         self._stop = threading.Event()
         self._last_retention = 0.0
+        self._healthy_since: float | None = time.monotonic()
 
     def run(self) -> None:
         while not self._stop.wait(self.settings.maintenance_interval_s):
             try:
-                done = tick(self.settings)
+                fair = self._reaping_is_fair()
+                done = tick(self.settings, reap=fair)
+                if self._healthy_since is None:
+                    self._healthy_since = time.monotonic()
                 if any(done.values()):
                     logger.info("maintenance: %s", done)
                 if time.monotonic() - self._last_retention > _RETENTION_EVERY_S:
@@ -55,6 +64,15 @@ class MaintenanceLoop(threading.Thread):
                     expire_logs(self.settings)
             except Exception as exc:  # database or broker down: try again next tick
                 logger.warning("maintenance tick failed: %s", exc)
+                self._healthy_since = None
+
+    def _reaping_is_fair(self) -> bool:
+        # Heartbeats could not be written while the database was away: a job is judged lost only once the
+        # database has answered for a whole lost-after period, so live workers have had time to beat again.
+        if self._healthy_since is None:
+            return False
+        grace = self.settings.lost_after_s + self.settings.heartbeat_s
+        return time.monotonic() - self._healthy_since >= grace
 
     def stop(self) -> None:
         self._stop.set()

@@ -14,7 +14,7 @@ from app.core.db import session_scope
 from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
 from app.jobs import service
 from app.jobs.repository import metrics as metrics_query
-from app.jobs.schemas import JobCreate, JobEventRead, JobPage, JobRead, MetricRead
+from app.jobs.schemas import HOST_NAME_PATTERN, JobCreate, JobEventRead, JobPage, JobRead, MetricRead
 from app.jobs.states import JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -23,7 +23,12 @@ MAX_WAIT_S = 600.0
 IdempotencyKey = Annotated[str | None, Header(max_length=255, pattern=r"^[\x21-\x7e]+$")]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobRead)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobRead,
+    responses={200: {"model": JobRead, "description": "a replay: the job this Idempotency-Key created"}},
+)
 def submit_job(
     body: JobCreate,
     response: Response,
@@ -45,9 +50,9 @@ def submit_job(
 def list_jobs(
     session: SessionDep,
     _: ReadPrincipal,
-    kind: Annotated[str | None, Query(max_length=32)] = None,
+    kind: Annotated[str | None, Query(max_length=32, pattern=r"^[a-z_]+$")] = None,
     state: JobState | None = None,
-    host: Annotated[str | None, Query(max_length=128)] = None,
+    host: Annotated[str | None, Query(pattern=HOST_NAME_PATTERN)] = None,
     pipeline_id: uuid.UUID | None = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -108,8 +113,8 @@ def job_metrics(
     job_id: uuid.UUID,
     session: SessionDep,
     _: ReadPrincipal,
-    name: Annotated[str | None, Query(max_length=128)] = None,
-    since_step: Annotated[int | None, Query(ge=-1)] = None,
+    name: Annotated[str | None, Query(max_length=128, pattern=r"^[^\x00-\x1f]*$")] = None,
+    since_step: Annotated[int | None, Query(ge=-1, le=2**62)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 5000,
 ) -> list[MetricRead]:
     """Metrics the job reported (loss, accuracy per position, throughput…), by step."""

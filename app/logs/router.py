@@ -23,7 +23,7 @@ def read_logs(
     job_id: uuid.UUID,
     session: SessionDep,
     _: ReadPrincipal,
-    cursor: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=service.MAX_PAGE_LINES)] = 1000,
     tail: Annotated[int | None, Query(ge=1, le=service.MAX_PAGE_LINES)] = None,
     stream: Literal["stdout", "stderr"] | None = None,
@@ -43,7 +43,7 @@ def stream_logs(
     request: Request,
     session: SessionDep,
     _: ReadPrincipal,
-    cursor: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[int, Query(ge=0, le=2**62)] = 0,
     last_event_id: Annotated[str | None, Header(max_length=32)] = None,
 ) -> StreamingResponse:
     """Follow the log live (SSE): `line` events (id = seq), resume with Last-Event-ID, a final `end`."""

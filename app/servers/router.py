@@ -50,7 +50,7 @@ def server_logs(
     server_id: uuid.UUID,
     session: SessionDep,
     _: ReadPrincipal,
-    cursor: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=logs.MAX_PAGE_LINES)] = 1000,
     tail: Annotated[int | None, Query(ge=1, le=logs.MAX_PAGE_LINES)] = None,
     format: Literal["json", "text"] = "json",

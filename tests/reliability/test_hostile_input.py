@@ -123,8 +123,8 @@ def bad_job(root: Path) -> list[tuple[str, dict[str, Any], int, str, str]]:
             "args-model-path",
             launch(root, extra_args=["--model-path", "/etc"]),
             422,
-            "PATH_NOT_ALLOWED",
-            "/etc",
+            "INVALID_PARAMS",  # a flag eyas renders itself: refused before its path is even looked at
+            "--model-path",
         ),
         (
             "args-inline-file",
@@ -173,12 +173,6 @@ SMUGGLED_FLAGS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="extra_args flag rules (FLAG_OWNED_BY_EYAS, FORBIDDEN_FLAG) run only in the launch stage: "
-    "submit answers 201 (DESIGN: bad params are a 422 at submit time)",
-)
 @pytest.mark.usefixtures("host_root")
 @pytest.mark.parametrize("args", SMUGGLED_FLAGS, ids=lambda a: a[0])
 def test_extra_args_that_override_eyas_flags_are_refused_at_submit(
@@ -300,16 +294,16 @@ def test_an_overlong_bearer_value_is_refused(api_server: str, settings: Settings
     assert table_counts(settings) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="uvicorn's httptools parser has no header-size limit: a 1 MiB header block is read and "
-    "served (50 MB measured); eyas sets no limit of its own",
-)
 def test_a_huge_header_block_is_refused(api_server: str, admin: Headers) -> None:
+    # The server (h11, 64 KiB limit) answers 431 and closes; a client still sending its 1 MiB of headers
+    # may see that as a connection reset instead. Either way the request is not served.
     with httpx.Client(base_url=api_server, timeout=30) as http:
-        response = http.get("/v1/jobs", headers={**admin, "X-Padding": "p" * (1024 * 1024)})
-    assert response.status_code in (400, 431), response.status_code
+        try:
+            status = http.get("/v1/jobs", headers={**admin, "X-Padding": "p" * (1024 * 1024)}).status_code
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+            status = None
+        assert status in (None, 400, 431), status
+        assert http.get("/v1/jobs", headers=admin).status_code == 200  # and the server is fine
 
 
 def oversized_chunks() -> Iterator[bytes]:
@@ -327,12 +321,6 @@ def test_a_streamed_oversized_body_is_refused(client: TestClient, admin: Headers
     assert table_counts(settings) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BodySizeLimit raises inside receive(); FastAPI's body parser turns that into 400 BAD_REQUEST "
-    "('error parsing the body'), so a streamed body past the limit never gets 413 BODY_TOO_LARGE",
-)
 @pytest.mark.usefixtures("host_root")
 def test_a_streamed_oversized_body_gets_413(client: TestClient, admin: Headers, settings: Settings) -> None:
     headers = {"content-type": "application/json"}
@@ -349,12 +337,6 @@ def test_a_streamed_oversized_body_gets_413(client: TestClient, admin: Headers, 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="values PostgreSQL refuses (NUL in text, integers past 64 bits) raise psycopg's DataError, a "
-    "DBAPIError, which the API maps to 503 DATABASE_UNAVAILABLE ('retry shortly') instead of a 422",
-)
 def test_filter_values_the_database_refuses_are_a_422(
     client: TestClient, admin: Headers, settings: Settings
 ) -> None:

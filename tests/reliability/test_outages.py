@@ -68,12 +68,6 @@ def test_an_idle_worker_reconnects_to_a_restarted_broker_by_itself(stack: Stack)
     assert worker.alive()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="kombu's Redis channel crashes restoring unacked messages on reconnect (AttributeError "
-    "'NoneType' has no attribute 'hostname'); Celery calls it unrecoverable and the worker shuts down",
-)
 def test_a_worker_running_jobs_survives_a_broker_restart(stack: Stack) -> None:
     # Fewer running jobs than the worker's concurrency: its consumer holds unacked messages while it waits
     # for more, which is the state in which the reconnect fails (every time on this machine).
@@ -93,12 +87,6 @@ def test_a_worker_running_jobs_survives_a_broker_restart(stack: Stack) -> None:
     assert worker.alive(), worker.log()[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the reaper counts heartbeats missed while the database itself was down: right after a restart "
-    "longer than EYAS_HEARTBEAT_S x EYAS_LOST_AFTER_HEARTBEATS it fails live jobs WORKER_LOST",
-)
 def test_a_running_job_is_not_lost_when_the_database_restarts(stack: Stack) -> None:
     stack.start_api()
     worker = stack.start_worker("rel-a")
@@ -119,12 +107,6 @@ def test_a_running_job_is_not_lost_when_the_database_restarts(stack: Stack) -> N
     assert (job["state"], job["termination_reason"]) == ("succeeded", "SUCCEEDED"), job
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="with the broker down, the send after commit waits for kombu's connection attempts: every "
-    "submission answers its 201 about 6 s late",
-)
 def test_a_submission_while_the_broker_is_down_answers_promptly(stack: Stack) -> None:
     stack.start_api()
     with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:

@@ -91,22 +91,31 @@ def test_ignored_flag_is_a_warning() -> None:
     ],
 )
 def test_extra_args_cannot_set_a_flag_eyas_renders(smuggled: list[str]) -> None:
-    rendered = render_launch(spec(depth=3, extra_args=smuggled))
+    with pytest.raises(ValidationError, match="extra_args"):  # refused at submit time (a 422)
+        spec(depth=3, extra_args=smuggled)
+    # and again by the launch checks, for a spec that skipped validation
+    rendered = render_launch(unvalidated(depth=3, extra_args=smuggled))
     assert "FLAG_OWNED_BY_EYAS" in codes(rendered, Severity.ERROR)
+
+
+def unvalidated(**fields: object) -> LaunchParams:
+    base: dict[str, object] = {"engine": "sglang", "model": "/models/target", "draft": "/models/draft"}
+    return LaunchParams.model_construct(**{**LaunchParams(**base).model_dump(), **fields})
 
 
 def test_owned_flag_abbreviations_are_refused_without_sglangs_parser_too() -> None:
     rendered = render_launch(
-        spec(depth=3, extra_args=["--speculative-num-draft", "5"]), use_sglang_parser=False
+        unvalidated(depth=3, extra_args=["--speculative-num-draft", "5"]), use_sglang_parser=False
     )
     assert "FLAG_OWNED_BY_EYAS" in codes(rendered, Severity.ERROR)
     assert "SGLANG_PARSER_UNAVAILABLE" in codes(rendered, Severity.INFO)
 
 
 def test_config_file_flag_is_forbidden_and_file_values_must_be_clean_absolute_paths() -> None:
-    rendered = render_launch(
-        spec(depth=3, extra_args=["--config", "/etc/sglang.yaml", "--chat-template", "relative.jinja"])
-    )
+    smuggled = ["--config", "/etc/sglang.yaml", "--chat-template", "relative.jinja"]
+    with pytest.raises(ValidationError, match="--config"):
+        spec(depth=3, extra_args=smuggled)
+    rendered = render_launch(unvalidated(depth=3, extra_args=smuggled))
     assert {"FORBIDDEN_FLAG", "PATH_FLAG_INVALID"} <= codes(rendered, Severity.ERROR)
 
 

@@ -51,6 +51,31 @@ PATH_FLAG_SUFFIXES = (
     "-template",
 )
 MAX_EXTRA_ARGS = 64
+
+# Flags eyas renders from typed fields, with every alias SGLang accepts: extra_args may not set them again.
+OWNED_FLAGS: dict[str, str] = {
+    "--model-path": "model",
+    "--model": "model",
+    "--host": "host",
+    "--port": "port",
+    "--tp-size": "tp_size",
+    "--tensor-parallel-size": "tp_size",
+    "--log-level": "log_level",
+    "--speculative-algorithm": "algorithm",
+    "--speculative-draft-model-path": "draft",
+    "--speculative-draft-model": "draft",
+    "--speculative-num-steps": "depth (or num_steps)",
+    "--speculative-eagle-topk": "depth (or eagle_topk)",
+    "--speculative-num-draft-tokens": "depth (or num_draft_tokens)",
+    "--mem-fraction-static": "mem_fraction_static",
+    "--context-length": "context_length",
+    "--max-running-requests": "max_running_requests",
+}
+
+FORBIDDEN_FLAGS: dict[str, str] = {
+    "--config": "reads flags from a YAML file that eyas's checks never see; put the flags in extra_args",
+}
+
 _HOST_PATH: TypeAdapter[str] = TypeAdapter(HostPath)
 
 
@@ -117,6 +142,8 @@ class LaunchParams(StageParams):
         for arg in args:
             if not arg or len(arg) > 4096 or _CONTROL_CHARS.search(arg):
                 raise ValueError(f"extra_args item {arg[:40]!r} is empty, too long or has control characters")
+            if arg.startswith("--") and (problem := _owned_flag_problem(arg.partition("=")[0])):
+                raise ValueError(problem)
         return args
 
     def needs_gpus(self) -> bool:
@@ -130,6 +157,18 @@ class LaunchParams(StageParams):
         # Relative values are refused by the launch checks; only absolute ones can be checked against roots.
         named = [path for _, path in extra_arg_paths(self.extra_args) if path.startswith("/")]
         return super().host_paths() + named
+
+
+def _owned_flag_problem(flag: str) -> str | None:
+    """Refuse flags eyas renders itself, and any abbreviation of them (argparse accepts unique prefixes)."""
+    if flag in FORBIDDEN_FLAGS:
+        return f"extra_args: {flag} {FORBIDDEN_FLAGS[flag]}"
+    if flag in OWNED_FLAGS:
+        return f"extra_args: {flag} is rendered by eyas; set the `{OWNED_FLAGS[flag]}` field instead"
+    for owned in (*OWNED_FLAGS, *FORBIDDEN_FLAGS):
+        if len(flag) >= 4 and owned.startswith(flag):
+            return f"extra_args: {flag} abbreviates {owned}, which eyas renders or refuses"
+    return None
 
 
 def extra_arg_paths(args: list[str]) -> list[tuple[str, str]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from workers.params.launch import FORBIDDEN_FLAGS, OWNED_FLAGS
+
 SGLANG_VERSION_ON_GPU_HOST = "0.5.14"
 LAUNCH_MODULE = "sglang.launch_server"
 
@@ -26,26 +28,6 @@ CONTEXT_LENGTH_KEYS = (
     "max_position_embeddings",
 )
 DEFAULT_CONTEXT_LENGTH = 2048
-
-# Flags eyas renders from typed fields, with every alias SGLang accepts: extra_args may not set them again.
-OWNED_FLAGS: dict[str, str] = {
-    "--model-path": "model",
-    "--model": "model",
-    "--host": "host",
-    "--port": "port",
-    "--tp-size": "tp_size",
-    "--tensor-parallel-size": "tp_size",
-    "--log-level": "log_level",
-    "--speculative-algorithm": "algorithm",
-    "--speculative-draft-model-path": "draft",
-    "--speculative-draft-model": "draft",
-    "--speculative-num-steps": "depth (or num_steps)",
-    "--speculative-eagle-topk": "depth (or eagle_topk)",
-    "--speculative-num-draft-tokens": "depth (or num_draft_tokens)",
-    "--mem-fraction-static": "mem_fraction_static",
-    "--context-length": "context_length",
-    "--max-running-requests": "max_running_requests",
-}
 
 # Flags that are not SGLang's (mostly vLLM's), with what to use instead.
 FOREIGN_FLAGS: dict[str, str] = {
@@ -65,9 +47,6 @@ IGNORED_FLAGS: dict[str, str] = {
 }
 
 # Flags that read more flags from a file eyas cannot check.
-FORBIDDEN_FLAGS: dict[str, str] = {
-    "--config": "reads flags from a YAML file that eyas's checks never see; put the flags in extra_args",
-}
 
 # Log levels above info hide the `accept len:` lines and the ready line (both INFO).
 QUIET_LOG_LEVELS = ("warning", "error")

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.reliability._services import wait_until
 from tests.reliability._stack import Stack

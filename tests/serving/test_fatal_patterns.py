@@ -18,11 +18,11 @@ def fatal(line: str) -> str | None:
     "line",
     [
         # an EAGLE-3 draft folder has no generation_config.json; SGLang 0.5.14 warns and goes on
-        "[2026-11-29 09:58:35] Failed to load generation config for /tmp/d/sglang_draft: /tmp/d/sglang_draft does "
-        "not appear to have a file named generation_config.json. Checkout 'https://huggingface.co//tmp/d/"
-        "sglang_draft/tree/main' for available files.. Proceeding without generation config.",
-        "[2026-11-29 09:58:35] Ignore import error when loading sglang.srt.models.deepseek_v2: No module named "
-        "'flashinfer'",
+        "[2026-11-29 09:58:35] Failed to load generation config for /tmp/d/sglang_draft: /tmp/d/sglang_draft"
+        " does not appear to have a file named generation_config.json. Checkout 'https://huggingface.co//tmp"
+        "/d/sglang_draft/tree/main' for available files.. Proceeding without generation config.",
+        "[2026-11-29 09:58:35] Ignore import error when loading sglang.srt.models.deepseek_v2: No module "
+        "named 'flashinfer'",
         "[2026-11-29 09:58:36] Load weight begin. avail mem=139.13 GB",
     ],
 )
@@ -36,7 +36,8 @@ def test_harmless_lines_seen_on_a_real_server(line: str) -> None:
         ("OSError: /m does not appear to have a file named config.json.", "weight_loading"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out_of_memory"),
         (
-            "[Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
+            "[Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
+            "address already in use",
             "address_in_use",
         ),
     ],

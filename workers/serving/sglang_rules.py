@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from workers.params.launch import FORBIDDEN_FLAGS, OWNED_FLAGS
+from workers.params.launch import FORBIDDEN_FLAGS, OWNED_FLAGS  # noqa: F401 - part of these rules
 
 SGLANG_VERSION_ON_GPU_HOST = "0.5.14"
 LAUNCH_MODULE = "sglang.launch_server"
@@ -93,8 +93,9 @@ FATAL_LOG_PATTERNS: tuple[FatalPattern, ...] = (
     _fatal("context_length", r"ValueError: .*context_length", f"set {CONTEXT_OVERRIDE_ENV}=1 or lower it"),
     _fatal(
         "weight_loading",
-        # "no generation_config.json … Proceeding without generation config" is only a warning (seen on an H200)
-        r"SafetensorError|Error while deserializing|does not appear to have a file named (?!generation_config)|"
+        # a missing generation_config.json is only a warning ("Proceeding without…", seen on an H200)
+        r"SafetensorError|Error while deserializing|"
+        r"does not appear to have a file named (?!generation_config)|"
         r"Can't load the model|No such file or directory: .*(safetensors|\.bin|config\.json)",
         "check the model and draft folders",
     ),

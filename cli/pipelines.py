@@ -161,11 +161,12 @@ def demo(
         "train": {
             "device": "cpu",
             "dtype": "float32",
-            "epochs": 1,
-            "batch_size": 4,
+            "epochs": 4,
+            "batch_size": 2,
             "max_len": 64,
             "draft_vocab_size": 64,
-            "lr": 3e-3,
+            "lr": 1e-2,
+            "warmup_steps": 0,
             "init_lm_head": "random",
             "ttt_steps": 3,
             "loader_workers": 0,
@@ -183,6 +184,9 @@ def demo(
             "max_prompts": 4,
             "max_new_tokens": 24,
             "warmup_requests": 0,
+            # the reference engine on a CPU re-drafts without a KV cache, so it is slower than plain
+            # decoding whatever the acceptance: no speedup asked for here (keep 1.0 with SGLang on a GPU)
+            "speedup_threshold": 0.0,
             "launch": {"engine": "reference"},
         },
     }
@@ -191,5 +195,7 @@ def demo(
     (folder / "pipeline.json").write_text(json.dumps(spec, indent=2))
     typer.echo(
         f"wrote {folder}/target, chats.jsonl, prompts.jsonl and pipeline.json\n"
-        f"run it: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait"
+        f"run it: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait\n"
+        "(its release gate asks for no speedup: the CPU reference engine is slower than plain decoding;"
+        " with SGLang on a GPU keep the default threshold 1.0)"
     )

@@ -31,11 +31,12 @@ def pipeline_spec(root: Path, **overrides: Any) -> dict[str, Any]:
         "train": {
             "device": "cpu",
             "dtype": "float32",
-            "epochs": 1,
-            "batch_size": 4,
+            "epochs": 4,
+            "batch_size": 2,
             "max_len": 64,
             "draft_vocab_size": 64,
-            "lr": 3e-3,
+            "lr": 1e-2,
+            "warmup_steps": 0,
             "init_lm_head": "random",
             "ttt_steps": 3,
             "loader_workers": 0,
@@ -94,7 +95,7 @@ def test_eagle3_pipeline_end_to_end_with_lineage(
     assert bench["gate"]["deployable"] is True
     depths = {row["depth"]: row for row in bench["rows"]}
     assert depths[3]["outputs_match"] is True  # speculative greedy output equals the baseline's
-    assert depths[3]["accept_len"] > 1.0
+    assert depths[3]["accept_len"] > 2.0, bench["rows"]  # the drafter learned the successor rule
     stored = client.get("/v1/benchmarks", params={"job_id": jobs["benchmark"]["id"]}, headers=admin).json()
     assert stored[0]["deployable"] is True
     # lineage: the SGLang-ready checkpoint leads back through the drafter to the hidden states

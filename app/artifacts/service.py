@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import repository
 from app.core.errors import AppError, ErrorCode
+from app.jobs import refs
 from app.jobs import repository as jobs_repo
 from app.models.base import utcnow
 from app.models.server import Artifact
@@ -17,9 +18,13 @@ from app.models.server import Artifact
 def record_artifact(
     session: Session, *, job_id: uuid.UUID, host: str | None, kind: str, path: str, meta: dict[str, Any]
 ) -> Artifact:
-    """Record what a job produced; its parents are the artifacts of the jobs it depended on."""
-    parent_jobs = jobs_repo.dependency_ids(session, job_id)
-    parents = [str(a.id) for a in repository.for_jobs(session, parent_jobs)]
+    """Record what a job produced. Its parents are the artifacts its params were filled from, or else every
+    artifact of the jobs it depended on."""
+    job = jobs_repo.get(session, job_id)
+    chosen = refs.referenced(session, job) if job is not None and job.param_refs else []
+    if not chosen:
+        chosen = repository.for_jobs(session, jobs_repo.dependency_ids(session, job_id))
+    parents = [str(a.id) for a in chosen]
     size = meta.get("bytes")
     artifact = Artifact(
         id=uuid.uuid4(),

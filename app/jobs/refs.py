@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import repository as artifacts
 from app.models.job import Job
+from app.models.server import Artifact
 
 
 class MissingArtifact(Exception):
@@ -17,6 +18,17 @@ class MissingArtifact(Exception):
 
 def ref(job_id: uuid.UUID, artifact_kind: str) -> dict[str, str]:
     return {"job": str(job_id), "artifact": artifact_kind}
+
+
+def referenced(session: Session, job: Job) -> list[Artifact]:
+    """The exact artifacts the job's params were filled from (its lineage parents)."""
+    found = []
+    for source in (job.param_refs or {}).values():
+        made_by = artifacts.for_jobs(session, [uuid.UUID(source["job"])])
+        produced = [a for a in made_by if a.kind == source["artifact"]]
+        if produced:
+            found.append(max(produced, key=lambda a: a.created_at))
+    return found
 
 
 def resolve(session: Session, job: Job) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from app.dashboard.router import router as dashboard_router
 from app.health.router import router as health_router
 from app.hosts.router import router as hosts_router
 from app.jobs.router import router as jobs_router
+from app.launch.router import router as launch_router
 from app.logs.router import router as logs_router
 from app.metrics.router import router as metrics_router
 from app.pipelines.router import router as pipelines_router
@@ -28,5 +29,6 @@ def include_routers(app: FastAPI) -> None:
         metrics_router,
         pipelines_router,
         dashboard_router,
+        launch_router,
     ):
         app.include_router(router)

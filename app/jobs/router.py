@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
-from fastapi.concurrency import run_in_threadpool
 
-from app.core.db import session_scope
 from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
 from app.jobs import service
 from app.jobs.repository import metrics as metrics_query
 from app.jobs.schemas import HOST_NAME_PATTERN, JobCreate, JobEventRead, JobPage, JobRead, MetricRead
 from app.jobs.states import JobState
+from app.jobs.waiting import wait_terminal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 MAX_WAIT_S = 600.0
@@ -91,15 +88,7 @@ async def wait_job(
     timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 60.0,
 ) -> JobRead:
     """Block until the job is terminal or `timeout` seconds pass; check `terminal` in the answer."""
-    settings = request.app.state.settings
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        job = await run_in_threadpool(_read_job, settings, job_id)
-        if job.terminal or time.monotonic() >= deadline or await request.is_disconnected():
-            return job
-        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, 1.0)
+    return await wait_terminal(request.app.state.settings, job_id, timeout, request)
 
 
 @router.get("/{job_id}/events", response_model=list[JobEventRead])
@@ -121,8 +110,3 @@ def job_metrics(
     service.get_job(session, job_id)
     rows = metrics_query(session, job_id, name=name, since_step=since_step, limit=limit)
     return [MetricRead.model_validate(m) for m in rows]
-
-
-def _read_job(settings: object, job_id: uuid.UUID) -> JobRead:
-    with session_scope(settings) as session:  # type: ignore[arg-type]
-        return JobRead.of(service.get_job(session, job_id))

@@ -88,7 +88,16 @@ def measure_polling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {admin_token(settings)}"}
         api_port, bare_port = free_port(), free_port()
         api = f"http://127.0.0.1:{api_port}"
-        bare_argv = ["-m", "uvicorn", "bench._bare_app:app", "--port", str(bare_port), "--no-access-log"]
+        bare_argv = [
+            "-m",
+            "uvicorn",
+            "bench._bare_app:app",
+            "--port",
+            str(bare_port),
+            "--no-access-log",
+            "--http",
+            "h11",
+        ]
         with (
             service(["-m", "cli.main", "api", "--port", str(api_port)], settings, tmp / "api.log",
                     ready_url=f"{api}/healthz"),

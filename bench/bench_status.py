@@ -79,6 +79,8 @@ def main() -> None:
             "--log-level",
             "info",
             "--no-access-log",
+            "--http",
+            "h11",  # eyas api serves with h11 (a header-size limit)
         ]
         with service(
             bare_argv, settings, Path(tmp) / "bare.log", ready_url=f"http://127.0.0.1:{bare_port}/job"

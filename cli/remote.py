@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.client import (
@@ -103,19 +104,29 @@ def wait(
     api = Api(url, token, timeout_s=90)
     deadline = time.monotonic() + timeout if timeout else None
     job_path = f"/v1/jobs/{_job_id(job_id)}"
-    while True:
-        left = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
-        try:
-            job = api.json("GET", f"{job_path}/wait", params={"timeout": left})
-        except SystemExit as exc:
-            if exc.code == EXIT_UNREACHABLE and (deadline is None or time.monotonic() < deadline):
-                time.sleep(2)  # the API restarting: keep waiting
-                continue
-            raise
-        if not as_json and not job["terminal"]:
-            _progress_line(job)
-        if job["terminal"] or (deadline is not None and time.monotonic() >= deadline):
-            break
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("waiting", total=1.0)
+        while True:
+            left = 10.0 if deadline is None else max(0.0, min(10.0, deadline - time.monotonic()))
+            try:
+                job = api.json("GET", f"{job_path}/wait", params={"timeout": left})
+            except SystemExit as exc:
+                if exc.code == EXIT_UNREACHABLE and (deadline is None or time.monotonic() < deadline):
+                    time.sleep(2)  # the API restarting: keep waiting
+                    continue
+                raise
+            message = f"{job['state']} {job.get('progress_message') or ''}"[:60]
+            bar.update(task, completed=job.get("progress") or 0.0, description=message)
+            if job["terminal"] or (deadline is not None and time.monotonic() >= deadline):
+                break
     _print_job(job, as_json)
     raise typer.Exit(_exit_code(job))
 
@@ -124,12 +135,6 @@ def _exit_code(job: dict[str, Any]) -> int:
     if not job["terminal"]:
         return EXIT_TIMEOUT
     return {"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}.get(job["state"], EXIT_JOB_FAILED)
-
-
-def _progress_line(job: dict[str, Any]) -> None:
-    progress = job.get("progress")
-    pct = f"{progress * 100:5.1f}%" if progress is not None else "  -  "
-    console.print(f"[dim]{job['state']:<10} {pct} {job.get('progress_message') or ''}[/dim]")
 
 
 def hosts(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:

@@ -1,0 +1,100 @@
+"""The `eyas` CLI as CI uses it: real processes against a real API server and worker; exit codes matter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+from app.core.config import Settings
+from tests.conftest import ROOT, WorkerProcess, worker_env
+
+Headers = dict[str, str]
+
+
+def eyas(
+    settings: Settings, url: str, token: str | None, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {**worker_env(settings), "EYAS_URL": url}
+    if token:
+        env["EYAS_TOKEN"] = token
+    return subprocess.run(  # noqa: S603 - argv list
+        [sys.executable, "-m", "cli.main", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_submit_status_wait_and_their_exit_codes(
+    settings: Settings, admin: Headers, api_server: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    token = admin["Authorization"].split()[1]
+    ok = eyas(settings, api_server, token, "submit", "selftest", "--host", "gpu-a", "-p", "lines=2", "--json")
+    assert ok.returncode == 0, ok.stderr
+    job = json.loads(ok.stdout)
+    assert job["params"]["lines"] == 2
+    assert eyas(settings, api_server, token, "wait", job["id"], "--timeout", "60").returncode == 0
+    failing = json.loads(
+        eyas(
+            settings,
+            api_server,
+            token,
+            "submit",
+            "selftest",
+            "--host",
+            "gpu-a",
+            "-p",
+            "exit_code=3",
+            "--json",
+        ).stdout
+    )
+    assert eyas(settings, api_server, token, "wait", failing["id"], "--timeout", "60").returncode == 1
+    slow = json.loads(
+        eyas(
+            settings, api_server, token, "submit", "selftest", "--host", "gpu-a", "-p", "sleep_s=60", "--json"
+        ).stdout
+    )
+    assert eyas(settings, api_server, token, "wait", slow["id"], "--timeout", "1").returncode == 4
+    assert eyas(settings, api_server, token, "cancel", slow["id"]).returncode == 0
+    assert eyas(settings, api_server, token, "wait", slow["id"], "--timeout", "60").returncode == 3
+    status = json.loads(eyas(settings, api_server, token, "status", slow["id"], "--json").stdout)
+    assert status["state"] == "cancelled"
+    hosts = json.loads(eyas(settings, api_server, token, "hosts", "--json").stdout)
+    assert [h["name"] for h in hosts] == ["gpu-a"]
+
+
+def test_bad_input_gives_clear_errors_and_exit_codes(
+    settings: Settings, admin: Headers, api_server: str
+) -> None:
+    token = admin["Authorization"].split()[1]
+    unknown = eyas(settings, api_server, token, "submit", "nope", "--host", "gpu-a")
+    assert unknown.returncode == 2
+    assert "UNKNOWN_KIND" in unknown.stderr
+    bad_param = eyas(settings, api_server, token, "submit", "selftest", "--host", "gpu-a", "-p", "lines=many")
+    assert bad_param.returncode == 2
+    assert "params.lines" in bad_param.stderr
+    assert eyas(settings, api_server, token, "status", "not-a-uuid").returncode == 2
+    assert eyas(settings, api_server, None, "hosts").returncode == 2  # no token: 401
+    unreachable = eyas(settings, "http://127.0.0.1:9", token, "hosts")
+    assert unreachable.returncode == 5
+    assert "cannot reach" in unreachable.stderr
+
+
+def test_tokens_from_the_cli(settings: Settings, admin: Headers, api_server: str) -> None:
+    token = admin["Authorization"].split()[1]
+    created = eyas(settings, api_server, token, "token", "create", "ci", "--scope", "read", "--json")
+    assert created.returncode == 0, created.stderr
+    secret = json.loads(created.stdout)["token"]
+    assert eyas(settings, api_server, secret, "hosts").returncode == 0
+    denied = eyas(settings, api_server, secret, "submit", "selftest", "--host", "gpu-a")
+    assert denied.returncode == 2
+    assert "FORBIDDEN" in denied.stderr
+    assert (
+        eyas(settings, api_server, token, "token", "revoke", json.loads(created.stdout)["id"]).returncode == 0
+    )
+    assert eyas(settings, api_server, secret, "hosts").returncode == 2

@@ -78,6 +78,14 @@ def place(session: Session, settings: Settings, *, gpus: int, host: str | None) 
     return min(pool, key=lambda h: (leased[h.name] - h.gpu_count, h.name)).name
 
 
+def gpus_available_or_none(session: Session, *, host: str | None, wanted: int) -> int:
+    """`wanted` if the named host (or, with none named, some registered host) has that many GPUs, else 0."""
+    if host is not None:
+        known = repository.get(session, host)
+        return wanted if known is None or known.gpu_count >= wanted else 0
+    return wanted if any(h.gpu_count >= wanted for h in repository.all_hosts(session)) else 0
+
+
 def try_acquire_gpus(session: Session, *, host: str, count: int, job_id: uuid.UUID) -> list[int] | None:
     """Lease `count` free GPUs of `host` to the job; None when not enough are free right now."""
     known = repository.get(session, host)

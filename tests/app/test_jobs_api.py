@@ -273,3 +273,18 @@ def test_readyz_reports_database_and_broker(client: TestClient) -> None:
     assert ready.status_code == 200, ready.text
     assert ready.json()["database"]["ok"]
     assert ready.json()["broker"]["ok"]
+
+
+def test_an_auto_engine_launch_on_a_host_without_gpus_holds_none(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
+    register_host(settings, "cpu-box", gpus=0)
+    register_host(settings, "gpu-box", gpus=2)
+    spec = {"kind": "launch", "params": {"engine": "auto", "model": "/models/t", "tp_size": 2}}
+    on_cpu = client.post("/v1/jobs", json={**spec, "host": "cpu-box"}, headers=admin)
+    assert on_cpu.status_code == 201, on_cpu.text
+    assert on_cpu.json()["gpus_requested"] == 0  # the stage falls back to the reference engine there
+    on_gpu = client.post("/v1/jobs", json={**spec, "host": "gpu-box"}, headers=admin).json()
+    assert on_gpu["gpus_requested"] == 2
+    sglang = {"kind": "launch", "host": "cpu-box", "params": {"engine": "sglang", "model": "/models/t"}}
+    assert client.post("/v1/jobs", json=sglang, headers=admin).status_code == 409

@@ -65,5 +65,8 @@ class BenchmarkParams(StageParams):
     def needs_gpus(self) -> bool:
         return self.mode == "sweep" and self.launch is not None and self.launch.needs_gpus()
 
+    def gpus_optional(self) -> bool:
+        return self.launch is not None and self.launch.gpus_optional()
+
     def gpus_needed(self) -> int:
         return self.launch.gpus_needed() if self.needs_gpus() and self.launch is not None else 0

@@ -49,6 +49,10 @@ class StageParams(BaseModel):
         """Whether this job holds GPUs while it runs (overridden by GPU stages)."""
         return False
 
+    def gpus_optional(self) -> bool:
+        """Whether the stage can run without GPUs when the host has none (e.g. a launch with engine auto)."""
+        return False
+
     def gpus_needed(self) -> int:
         """How many GPUs the job leases when the request does not say (a server: its tensor-parallel size)."""
         return 1 if self.needs_gpus() else 0

@@ -149,6 +149,9 @@ class LaunchParams(StageParams):
     def needs_gpus(self) -> bool:
         return self.engine != "reference"
 
+    def gpus_optional(self) -> bool:
+        return self.engine == "auto"  # falls back to the reference engine on a host without GPUs
+
     def gpus_needed(self) -> int:
         """GPUs to lease for this server (0 for the reference engine, which runs on the CPU)."""
         return self.tp_size if self.needs_gpus() else 0

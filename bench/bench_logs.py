@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500)
     parser.add_argument("--ingest-lines", type=int, default=500_000)
     parser.add_argument("--followers", type=int, default=20)
+    parser.add_argument("--follower-lines", type=int, default=20_000, help="job size for the followers run")
     args = parser.parse_args()
     out: dict[str, object] = {"benchmark": "logs"}
     with tempfile.TemporaryDirectory() as tmp, database() as db_url:
@@ -93,8 +94,12 @@ def main() -> None:
             http = httpx.Client(base_url=url, headers=headers, timeout=60)
             out["follow_latency"] = run_follow(http, url, headers, args)
             out["ingest"] = run_ingest(http, url, headers, args, (api, worker), db_url, followers=0)
+            followed = argparse.Namespace(**{**vars(args), "ingest_lines": args.follower_lines})
+            out["same_size_without_followers"] = run_ingest(
+                http, url, headers, followed, (api, worker), db_url, followers=0
+            )
             out["ingest_with_followers"] = run_ingest(
-                http, url, headers, args, (api, worker), db_url, followers=args.followers
+                http, url, headers, followed, (api, worker), db_url, followers=args.followers
             )
     print(json.dumps(out, indent=2))
 

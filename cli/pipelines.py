@@ -148,48 +148,11 @@ def demo(
     host: Annotated[str | None, typer.Option(help="host the pipeline runs on")] = None,
 ) -> None:
     """Write a tiny local target, conversations, prompts and a pipeline.json for them (CPU engine)."""
-    from workers.ml.demo_assets import write_demo
+    from workers.ml.demo_assets import demo_pipeline_spec, write_demo
 
     folder = folder.resolve()
     assets = write_demo(folder)
-    spec = {
-        "template": "eagle3",
-        "target": assets["target"],
-        "data": assets["data"],
-        "workdir": str(folder / "runs"),
-        "extract": {"device": "cpu", "dtype": "float32", "max_len": 64, "batch_size": 8},
-        "train": {
-            "device": "cpu",
-            "dtype": "float32",
-            "epochs": 4,
-            "batch_size": 2,
-            "max_len": 64,
-            "draft_vocab_size": 64,
-            "lr": 1e-2,
-            "warmup_steps": 0,
-            "init_lm_head": "random",
-            "ttt_steps": 3,
-            "loader_workers": 0,
-        },
-        "eval": {
-            "device": "cpu",
-            "depths": [5, 3],
-            "prompts": assets["prompts"],
-            "max_prompts": 4,
-            "max_new_tokens": 24,
-        },
-        "benchmark": {
-            "depths": [5, 3],
-            "prompts": assets["prompts"],
-            "max_prompts": 4,
-            "max_new_tokens": 24,
-            "warmup_requests": 0,
-            # the reference engine on a CPU re-drafts without a KV cache, so it is slower than plain
-            # decoding whatever the acceptance: no speedup asked for here (keep 1.0 with SGLang on a GPU)
-            "speedup_threshold": 0.0,
-            "launch": {"engine": "reference"},
-        },
-    }
+    spec = demo_pipeline_spec(assets, workdir=str(folder / "runs"))
     if host:
         spec["host"] = host
     (folder / "pipeline.json").write_text(json.dumps(spec, indent=2))

@@ -12,6 +12,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -193,22 +194,13 @@ def start_worker(settings: Settings, tmp_path: Path) -> Iterator[object]:
             worker.stop()
 
 
-@pytest.fixture
-def api_server(settings: Settings, tmp_path: Path) -> Iterator[str]:
-    """A real `eyas api` (uvicorn) process on a free port, for streaming and CLI tests."""
-    import socket
-
+@contextmanager
+def serving(argv: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
+    """Run an HTTP server process (argv ends with --port P) until the block ends; yields its URL."""
     import httpx
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    popen = proc.spawn(
-        [sys.executable, "-m", "cli.main", "api", "--port", str(port)],
-        env=worker_env(settings, EYAS_API_MAINTENANCE="true"),
-        cwd=ROOT,
-        output=tmp_path / "api.log",
-    )
+    port = argv[argv.index("--port") + 1]
+    popen = proc.spawn(argv, env=env, cwd=ROOT, output=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -218,6 +210,25 @@ def api_server(settings: Settings, tmp_path: Path) -> Iterator[str]:
         except httpx.TransportError:
             time.sleep(0.2)
     else:
-        raise TimeoutError((tmp_path / "api.log").read_text())
-    yield url
-    proc.terminate_group(popen.pid, grace_s=5, popen=popen)
+        proc.terminate_group(popen.pid, grace_s=5, popen=popen)
+        raise TimeoutError(log.read_text())
+    try:
+        yield url
+    finally:
+        proc.terminate_group(popen.pid, grace_s=5, popen=popen)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def api_server(settings: Settings, tmp_path: Path) -> Iterator[str]:
+    """A real `eyas api` (uvicorn) process on a free port, for streaming and CLI tests."""
+    argv = [sys.executable, "-m", "cli.main", "api", "--port", str(free_port())]
+    with serving(argv, worker_env(settings, EYAS_API_MAINTENANCE="true"), tmp_path / "api.log") as url:
+        yield url

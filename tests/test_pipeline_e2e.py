@@ -16,42 +16,20 @@ from fastapi.testclient import TestClient
 from app.core.config import Settings
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import chat, successor_target, write_jsonl
+from workers.ml.demo_assets import demo_pipeline_spec
 
 Headers = dict[str, str]
 
 
 def pipeline_spec(root: Path, **overrides: Any) -> dict[str, Any]:
-    return {
-        "template": "eagle3",
+    """The demo's pipeline (`eyas demo`), on the host the test's worker serves."""
+    assets = {
         "target": str(root / "target"),
         "data": str(root / "chats.jsonl"),
-        "workdir": str(root / "runs"),
-        "host": "cpu-box",
-        "extract": {"device": "cpu", "dtype": "float32", "max_len": 64, "batch_size": 8},
-        "train": {
-            "device": "cpu",
-            "dtype": "float32",
-            "epochs": 4,
-            "batch_size": 2,
-            "max_len": 64,
-            "draft_vocab_size": 64,
-            "lr": 1e-2,
-            "warmup_steps": 0,
-            "init_lm_head": "random",
-            "ttt_steps": 3,
-            "loader_workers": 0,
-        },
-        "eval": {"device": "cpu", "depths": [3], "max_prompts": 2, "max_new_tokens": 12},
-        "benchmark": {
-            "depths": [3],
-            "max_prompts": 2,
-            "max_new_tokens": 12,
-            "warmup_requests": 0,
-            "speedup_threshold": 0.0,
-            "launch": {"engine": "reference", "ready_timeout_s": 120},
-        },
-        **overrides,
+        "prompts": str(root / "p.jsonl"),
     }
+    spec = demo_pipeline_spec(assets, workdir=str(root / "runs"))
+    return {**spec, "host": "cpu-box", **overrides}
 
 
 @pytest.fixture
@@ -61,6 +39,9 @@ def workspace(settings: Settings) -> Path:
     successor_target(root / "target")
     rng = random.Random(0)
     write_jsonl(root / "chats.jsonl", [chat(rng, turns=2, words=12) for _ in range(48)])
+    write_jsonl(
+        root / "p.jsonl", [{"text": " ".join(f"w{rng.randrange(40)}" for _ in range(12))} for _ in range(4)]
+    )
     return root
 
 
@@ -94,8 +75,8 @@ def test_eagle3_pipeline_end_to_end_with_lineage(
     bench = jobs["benchmark"]["result"]
     assert bench["gate"]["deployable"] is True
     depths = {row["depth"]: row for row in bench["rows"]}
-    assert depths[3]["outputs_match"] is True  # speculative greedy output equals the baseline's
-    assert depths[3]["accept_len"] > 2.0, bench["rows"]  # the drafter learned the successor rule
+    assert depths[5]["outputs_match"] is True  # speculative greedy output equals the baseline's
+    assert depths[5]["accept_len"] > 2.0, bench["rows"]  # the drafter learned the successor rule
     stored = client.get("/v1/benchmarks", params={"job_id": jobs["benchmark"]["id"]}, headers=admin).json()
     assert stored[0]["deployable"] is True
     # lineage: the SGLang-ready checkpoint leads back through the drafter to the hidden states

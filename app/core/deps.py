@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings, get_settings
-from app.core.db import session_factory
+from app.core.db import session_scope
 from app.core.errors import AppError, ErrorCode
 from app.core.security import FailureLimiter, Principal, Scope
 from app.tokens import service as tokens
@@ -17,15 +17,8 @@ from app.tokens import service as tokens
 
 def get_session(request: Request) -> Iterator[Session]:
     """One transaction per request: committed when the handler returns, rolled back if it raises."""
-    session = session_factory(request.app.state.settings)()
-    try:
+    with session_scope(request.app.state.settings) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 def settings_dep(request: Request) -> Settings:

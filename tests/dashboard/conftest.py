@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import sync_playwright
 
 from app.core.config import Settings
-from tests.conftest import ROOT, worker_env
-from workers import proc
+from tests.conftest import free_port, serving, worker_env
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -43,24 +39,18 @@ MAX_SCREENSHOT_BYTES = 300 * 1024
 def dashboard_url(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real uvicorn process serving the API with the dashboard, shared by the tests (each test still gets
     emptied tables through the `settings` fixture)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     log = tmp_path_factory.mktemp("dashboard-api") / "api.log"
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "tests.dashboard.asgi:create", "--port", str(port)]
-    popen = proc.spawn(argv, env=worker_env(base_settings, EYAS_API_MAINTENANCE="true"), cwd=ROOT, output=log)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    else:
-        raise TimeoutError(log.read_text())
-    yield url
-    proc.terminate_group(popen.pid, grace_s=5, popen=popen)
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "tests.dashboard.asgi:create",
+        "--port",
+        str(free_port()),
+    ]
+    with serving(argv, worker_env(base_settings, EYAS_API_MAINTENANCE="true"), log) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

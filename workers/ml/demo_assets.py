@@ -119,3 +119,47 @@ def write_demo(folder: Path, *, conversations: int = 48, prompts: int = 8, seed:
     data = write_jsonl(folder / "chats.jsonl", [chat(rng, turns=2, words=12) for _ in range(conversations)])
     prompt_set = write_jsonl(folder / "prompts.jsonl", [{"text": sentence(rng, 12)} for _ in range(prompts)])
     return {"target": str(target), "data": str(data), "prompts": str(prompt_set)}
+
+
+def demo_pipeline_spec(assets: dict[str, str], *, workdir: str) -> dict[str, Any]:
+    """An eagle3 pipeline over the demo assets, sized for a CPU (the reference engine instead of SGLang)."""
+    train = {
+        "device": "cpu",
+        "dtype": "float32",
+        "epochs": 4,
+        "batch_size": 2,
+        "max_len": 64,
+        "draft_vocab_size": 64,
+        "lr": 1e-2,
+        "warmup_steps": 0,
+        "init_lm_head": "random",
+        "ttt_steps": 3,
+        "loader_workers": 0,
+    }
+    sweep = {
+        "depths": [5, 3],
+        "prompts": assets["prompts"],
+        "max_prompts": 4,
+        "max_new_tokens": 24,
+        # the reference engine on a CPU re-drafts without a KV cache, so it is slower than plain
+        # decoding whatever the acceptance: no speedup asked for here (keep 1.0 with SGLang on a GPU)
+        "warmup_requests": 0,
+        "speedup_threshold": 0.0,
+        "launch": {"engine": "reference"},
+    }
+    return {
+        "template": "eagle3",
+        "target": assets["target"],
+        "data": assets["data"],
+        "workdir": workdir,
+        "extract": {"device": "cpu", "dtype": "float32", "max_len": 64, "batch_size": 8},
+        "train": train,
+        "eval": {
+            "device": "cpu",
+            "depths": [5, 3],
+            "prompts": assets["prompts"],
+            "max_prompts": 4,
+            "max_new_tokens": 24,
+        },
+        "benchmark": sweep,
+    }

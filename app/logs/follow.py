@@ -80,15 +80,23 @@ class _Feed:
                 await asyncio.sleep(self.hub.poll_interval_s)
 
     async def _fetch(self) -> None:
-        fetched, state, log_seq = await run_in_threadpool(self.hub.fetch, self.job_id, self.last_seq)
         if self.last_seq < 0:
-            self.last_seq = max(0, log_seq - WINDOW_LINES) if not fetched else fetched[0].seq - 1
-        for line in fetched:
-            self.lines.append(line)
-            self.last_seq = line.seq
-        if state in TERMINAL and self.last_seq >= log_seq and len(fetched) < FETCH_LIMIT:
+            # Fill the window with the job's last WINDOW_LINES lines, so followers starting from the
+            # beginning of a log that fits read from memory, not each from the database.
+            _, _, log_seq = await run_in_threadpool(self.hub.fetch, self.job_id, None)
+            self.last_seq = max(0, log_seq - WINDOW_LINES)
+        grew = False
+        while True:
+            fetched, state, log_seq = await run_in_threadpool(self.hub.fetch, self.job_id, self.last_seq)
+            for line in fetched:
+                self.lines.append(line)
+                self.last_seq = line.seq
+            grew = grew or bool(fetched)
+            if len(fetched) < FETCH_LIMIT:
+                break
+        if state in TERMINAL and self.last_seq >= log_seq:
             self.end = FollowEnd(state, self.last_seq)
-        if fetched or self.end is not None:
+        if grew or self.end is not None:
             self.changed.set()
             self.changed = asyncio.Event()
 
@@ -101,13 +109,13 @@ class LogHub:
         self.feeds: dict[uuid.UUID, _Feed] = {}
         self._listener: asyncio.Task[None] | None = None
 
-    def fetch(self, job_id: uuid.UUID, after_seq: int) -> tuple[list[LogLineRead], str, int]:
+    def fetch(self, job_id: uuid.UUID, after_seq: int | None) -> tuple[list[LogLineRead], str, int]:
+        """Lines after `after_seq` (none when it is None), the job's state and its last stored seq."""
         with session_scope(self.settings) as session:
             job = jobs.get_job(session, job_id)
-            if after_seq < 0:
-                rows = repository.tail(session, job_id, count=FETCH_LIMIT)
-            else:
-                rows = repository.page(session, job_id, after_seq=after_seq, limit=FETCH_LIMIT)
+            if after_seq is None:
+                return [], job.state, job.log_seq
+            rows = repository.page(session, job_id, after_seq=after_seq, limit=FETCH_LIMIT)
             return [LogLineRead.model_validate(r) for r in rows], job.state, job.log_seq
 
     def drop(self, job_id: uuid.UUID) -> None:

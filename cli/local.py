@@ -159,3 +159,21 @@ def _wait_for_schema(settings: Settings, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.2)
     db_upgrade(settings)
+
+
+def token_bootstrap(
+    name: Annotated[str, typer.Argument(help="a name for the token")] = "admin",
+    scope: Annotated[str, typer.Option(help="read, submit or admin")] = "admin",
+) -> None:
+    """Create a token straight in the database (EYAS_DATABASE_URL): the first admin token of a deployment."""
+    from app.tokens import service as tokens
+
+    try:
+        wanted = Scope(scope)
+    except ValueError:
+        typer.echo(f"scope must be read, submit or admin, not {scope!r}", err=True)
+        raise typer.Exit(2) from None
+    settings = get_settings()
+    with session_scope(settings) as session:
+        _, secret = tokens.create_token(session, name=name, scopes=[wanted])
+    typer.echo(secret)

@@ -98,3 +98,16 @@ def test_tokens_from_the_cli(settings: Settings, admin: Headers, api_server: str
         eyas(settings, api_server, token, "token", "revoke", json.loads(created.stdout)["id"]).returncode == 0
     )
     assert eyas(settings, api_server, secret, "hosts").returncode == 2
+
+
+def test_token_bootstrap_writes_the_first_admin_token_to_the_database(
+    settings: Settings, api_server: str
+) -> None:
+    made = eyas(settings, api_server, None, "token", "bootstrap", "ops")
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip()
+    assert secret.startswith("eyas_")
+    listed = eyas(settings, api_server, secret, "token", "list", "--json")
+    assert listed.returncode == 0
+    assert [t["name"] for t in json.loads(listed.stdout)] == ["ops"]
+    assert eyas(settings, api_server, None, "token", "bootstrap", "x", "--scope", "root").returncode == 2

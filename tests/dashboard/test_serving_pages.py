@@ -117,7 +117,8 @@ def test_a_pipeline_is_watched_on_one_page_and_cancelled(dashboard: Dashboard, s
     dashboard.screenshot("pipeline")
 
     page.get_by_role("button", name="Cancel").click()
-    expect(page.locator(".job-head .page-head .badge").first).to_have_text("cancelled", timeout=8000)
+    # train's process group is still being ended (no worker runs in this test), so the pipeline is cancelling
+    expect(page.locator(".job-head .page-head .badge").first).to_have_text("cancelling", timeout=8000)
     states = page.locator("#pipeline-jobs tbody tr .badge").all_inner_texts()
     assert states == ["succeeded", "cancelling", "cancelled", "cancelled", "cancelled", "cancelled"]
     assert dashboard.errors == []

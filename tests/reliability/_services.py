@@ -100,8 +100,13 @@ class PrivatePostgres:
             "-c",
             "max_connections=300",
         ]
-        self.popen = proc.spawn(_as_postgres(*argv), output=self.root.parent / f"{self.root.name}.log")
-        return wait_until(self._answers, 60, f"PostgreSQL on port {self.port} starting")
+        log = self.root.parent / f"{self.root.name}.log"
+        self.popen = proc.spawn(_as_postgres(*argv), output=log)
+        try:  # crash recovery on a loaded 2-core machine can take a while
+            return wait_until(self._answers, 120, f"PostgreSQL on port {self.port} starting")
+        except TimeoutError as exc:
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise TimeoutError(f"{exc}\n--- server log ---\n{tail}") from None
 
     def stop(self, *, crash: bool = False) -> None:
         """Fast shutdown (SIGINT: clients disconnected, clean stop), or SIGKILL of the server with `crash`."""

@@ -12,6 +12,7 @@ import json
 import ssl
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +76,14 @@ def request_body(prompt: Prompt, options: LoadOptions, *, stream: bool) -> dict[
 
 def run_load(url: str, prompts: Sequence[Prompt], options: LoadOptions) -> tuple[list[RequestRecord], float]:
     """All prompts at `options.concurrency`; returns the records (in prompt order) and the wall time."""
-    return asyncio.run(_drive(url, prompts, options))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_drive(url, prompts, options))
+    # Called from a thread that already runs an event loop (an embedding app, Playwright's sync API in
+    # tests): drive the requests on a loop of their own in another thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _drive(url, prompts, options)).result()
 
 
 async def _drive(

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up eyas, starts it on the embedded default, and drives real jobs through it with curl.
-# eyas keeps running in the foreground afterwards; Ctrl-C stops it.
+# Sets up eyas, starts it on the embedded default (SQLite database and broker in ./.eyas, one local worker),
+# then runs a real pipeline through its API: a tiny local target → hidden states → a trained EAGLE-3 drafter
+# → the SGLang-layout checkpoint and its doctor → a GPU check → offline eval → a depth sweep against the
+# reference engine (no GPU needed). eyas keeps running in the foreground afterwards; Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${EYAS_PORT:-8000}
@@ -8,29 +10,32 @@ DATA=${EYAS_DATA:-.eyas}
 bash scripts/setup.sh
 .venv/bin/eyas up --port "$PORT" --data-dir "$DATA" &
 EYAS_PID=$!
-trap 'kill $EYAS_PID 2>/dev/null; wait $EYAS_PID 2>/dev/null' INT TERM
-URL=http://127.0.0.1:$PORT
-for _ in $(seq 300); do
-  curl -sf "$URL/readyz" >/dev/null 2>&1 && break
+trap 'kill $EYAS_PID 2>/dev/null; wait $EYAS_PID 2>/dev/null' INT TERM EXIT
+export EYAS_URL=http://127.0.0.1:$PORT
+for _ in $(seq 600); do
+  curl -sf "$EYAS_URL/readyz" >/dev/null 2>&1 && break
   kill -0 $EYAS_PID 2>/dev/null || { echo "eyas up exited" >&2; exit 1; }
   sleep 0.2
 done
-TOKEN=$(cat "$DATA/admin.token")
-api() { curl -sf -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' "$@"; }
-field() { .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+export EYAS_TOKEN=$(cat "$DATA/admin.token")
+auth=(-H "Authorization: Bearer $EYAS_TOKEN")
 
 echo "== the host, as its worker reports it"
-api "$URL/v1/hosts" | field '[0]["gpu_error"] or "GPUs found"'
+curl -sf "${auth[@]}" "$EYAS_URL/v1/hosts" | .venv/bin/python -c "
+import json, sys
+for h in json.load(sys.stdin):
+    print(f\"{h['name']}: online={h['online']} gpus={h['gpu_count']} {h['gpu_error'] or ''}\")"
 
-echo "== gpu_check"
-CHECK=$(api -d '{"kind": "gpu_check", "params": {}}' "$URL/v1/jobs" | field '["id"]')
-api "$URL/v1/jobs/$CHECK/wait?timeout=120" | field '["state"], "verdict:", d["result"]["verdict"]' 2>/dev/null \
-  || api "$URL/v1/jobs/$CHECK/wait?timeout=120" | field '["state"]'
+echo "== a pipeline on a tiny local target (extract → train → fix_keys → gpu_check → eval → benchmark)"
+.venv/bin/eyas demo "$DATA/demo"
+.venv/bin/eyas pipeline run eagle3 -f "$DATA/demo/pipeline.json" --wait || echo "the pipeline did not succeed (see above)"
 
-echo "== selftest, then its log"
-JOB=$(api -d '{"kind": "selftest", "params": {"lines": 5, "sleep_s": 1}}' "$URL/v1/jobs" | field '["id"]')
-api "$URL/v1/jobs/$JOB/wait?timeout=120" | field '["state"]'
-api "$URL/v1/jobs/$JOB/logs?format=text"
+echo "== the benchmark table (CSV)"
+BENCH=$(curl -sf "${auth[@]}" "$EYAS_URL/v1/benchmarks?limit=1" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
+curl -sf "${auth[@]}" "$EYAS_URL/v1/benchmarks/$BENCH?format=csv"
 
-echo "eyas is running at $URL (token in $DATA/admin.token); Ctrl-C to stop"
+echo
+echo "eyas is running at $EYAS_URL (dashboard: $EYAS_URL/, token in $DATA/admin.token); Ctrl-C to stop"
+trap 'kill $EYAS_PID 2>/dev/null; wait $EYAS_PID 2>/dev/null' INT TERM
+trap - EXIT
 wait $EYAS_PID

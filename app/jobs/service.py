@@ -40,7 +40,7 @@ def submit_job(
     """Create a job (or return the one an idempotency key already made). Returns (job, created)."""
     body_hash = _body_hash(spec)
     if idempotency_key is not None:
-        existing = _replayed(session, principal, idempotency_key, body_hash)
+        existing = replayed_job(session, principal, idempotency_key, body_hash)
         if existing is not None:
             return existing, False
     params = validate_params(spec.kind, spec.params)
@@ -57,7 +57,7 @@ def submit_job(
     repository.add_dependencies(session, job.id, [d.id for d in deps])
     session.add(JobEvent(job_id=job.id, from_state=None, to_state=job.state, reason="SUBMITTED"))
     if idempotency_key is not None:
-        _remember_key(session, principal, idempotency_key, body_hash, job)
+        remember_key(session, principal, idempotency_key, body_hash, job)
     if job.state == JobState.QUEUED:
         job.queued_at = job.dispatched_at = utcnow()
         job.dispatch_count = 1
@@ -152,7 +152,8 @@ def _body_hash(spec: JobCreate) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _replayed(session: Session, principal: Principal, key: str, body_hash: str) -> Job | None:
+def replayed_job(session: Session, principal: Principal, key: str, body_hash: str) -> Job | None:
+    """The job an Idempotency-Key already made (same body), None if new; a different body is a 422."""
     known = repository.idempotency_get(session, principal.token_id, key)
     if known is None:
         return None
@@ -163,7 +164,8 @@ def _replayed(session: Session, principal: Principal, key: str, body_hash: str) 
     return get_job(session, known.job_id)
 
 
-def _remember_key(session: Session, principal: Principal, key: str, body_hash: str, job: Job) -> None:
+def remember_key(session: Session, principal: Principal, key: str, body_hash: str, job: Job) -> None:
+    """Bind the key to the job in this transaction; a concurrent request with the same key gets a 409."""
     try:
         with session.begin_nested():
             repository.idempotency_add(session, principal.token_id, key, body_hash, job.id)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.orm import Session
 
 from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
+from app.jobs.router import IdempotencyKey
 from app.jobs.schemas import JobRead
 from app.models.pipeline import Pipeline
 from app.pipelines import service
@@ -33,12 +34,29 @@ def _read(session: Session, pipeline: Pipeline) -> PipelineRead:
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=PipelineRead)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=PipelineRead,
+    responses={
+        200: {"model": PipelineRead, "description": "a replay: the pipeline this Idempotency-Key made"}
+    },
+)
 def create_pipeline(
-    body: Eagle3PipelineCreate, session: SessionDep, settings: SettingsDep, principal: SubmitPrincipal
+    body: Eagle3PipelineCreate,
+    response: Response,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: SubmitPrincipal,
+    idempotency_key: IdempotencyKey = None,
 ) -> PipelineRead:
     """Start a pipeline from the `eagle3` template; every step's params are validated first."""
-    return _read(session, service.create_pipeline(session, settings, spec=body, principal=principal))
+    pipeline, created = service.create_pipeline(
+        session, settings, spec=body, principal=principal, idempotency_key=idempotency_key
+    )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return _read(session, pipeline)
 
 
 @router.get("", response_model=list[PipelineRead])

@@ -3,6 +3,8 @@ Services never commit."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 
 from sqlalchemy.orm import Session
@@ -25,9 +27,22 @@ _ENDED_BADLY = (JobState.FAILED, JobState.CANCELLED)
 
 
 def create_pipeline(
-    session: Session, settings: Settings, *, spec: Eagle3PipelineCreate, principal: Principal
-) -> Pipeline:
-    """Validate every step now (a bad param is a 422 before anything runs), then submit the chain."""
+    session: Session,
+    settings: Settings,
+    *,
+    spec: Eagle3PipelineCreate,
+    principal: Principal,
+    idempotency_key: str | None = None,
+) -> tuple[Pipeline, bool]:
+    """Validate every step now (a bad param is a 422 before anything runs), then submit the chain.
+
+    Returns (pipeline, created); a replayed Idempotency-Key returns the pipeline it made."""
+    key = f"pipeline:{idempotency_key}" if idempotency_key else None
+    body_hash = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+    if key is not None:
+        first = jobs.replayed_job(session, principal, key, body_hash)
+        if first is not None and first.pipeline_id is not None:
+            return get_pipeline(session, first.pipeline_id), False
     pipeline = Pipeline(
         id=uuid.uuid4(),
         template=spec.template,
@@ -42,8 +57,10 @@ def create_pipeline(
         jobs.validate_params(plan.kind, plan.params)
     repository.add(session, pipeline)
     session.flush()
-    _submit_steps(session, settings, pipeline, plans, done={}, principal=principal)
-    return pipeline
+    made = _submit_steps(session, settings, pipeline, plans, done={}, principal=principal)
+    if key is not None:
+        jobs.remember_key(session, principal, key, body_hash, made[0])
+    return pipeline, True
 
 
 def get_pipeline(session: Session, pipeline_id: uuid.UUID) -> Pipeline:
@@ -122,7 +139,7 @@ def _submit_steps(
     *,
     done: dict[str, Job],
     principal: Principal,
-) -> None:
+) -> list[Job]:
     """Submit each step depending on the one before; every step runs on the host of the first."""
     made = dict(done)
     previous = list(done.values())[-1] if done else None
@@ -144,6 +161,7 @@ def _submit_steps(
         host = host or job.host
         made[plan.step] = previous = job
     session.flush()
+    return [made[p.step] for p in plans]
 
 
 def _fill_refs_now(session: Session, job: Job) -> None:

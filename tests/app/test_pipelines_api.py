@@ -130,3 +130,16 @@ def test_cancel_stops_running_and_waiting_steps(
     assert states[0] == "cancelling"
     assert set(states[1:]) == {"cancelled"}
     assert cancelled["state"] == "cancelling"  # extract is still ending
+
+
+def test_idempotency_key_on_pipelines(client: TestClient, admin: Headers, tmp_path: Any) -> None:
+    key = {**admin, "Idempotency-Key": "ci-build-7"}
+    first = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=key)
+    again = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=key)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    other = client.post("/v1/pipelines", json=spec(str(tmp_path), train={"epochs": 3}), headers=key)
+    assert other.status_code == 422
+    assert other.json()["code"] == "IDEMPOTENCY_MISMATCH"
+    assert len(client.get("/v1/pipelines", headers=admin).json()) == 1
+    assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == 6

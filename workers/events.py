@@ -31,7 +31,6 @@ class EventPump:
         self.read_fd, self.write_fd = os.pipe()
         self.result: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
-        self.server_seen = False
         self._metrics: list[tuple[str, int, float]] = []
         self._last_progress = 0.0
         self._pending_progress: dict[str, Any] | None = None
@@ -83,7 +82,6 @@ class EventPump:
                     )
                 )
             elif kind == "server":
-                self.server_seen = True
                 self._record(
                     lambda s: servers.record_server_event(s, job_id=self.job_id, host=self.host, event=event)
                 )

@@ -20,7 +20,6 @@ logger = logging.getLogger("eyas.queue")
 
 class TaskName(StrEnum):
     RUN_JOB = "eyas.jobs.run"
-    MAINTENANCE = "eyas.control.maintenance"
 
 
 def host_queue(settings: Settings, host: str) -> str:

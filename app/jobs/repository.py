@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.jobs.states import ACTIVE, JobState
@@ -145,8 +145,3 @@ def metrics(
     if since_step is not None:
         query = query.where(JobMetric.step > since_step)
     return list(session.scalars(query.order_by(JobMetric.step, JobMetric.id).limit(limit)))
-
-
-def count_by_kind_state(session: Session) -> list[tuple[str, str, int]]:
-    query = select(Job.kind, Job.state, func.count()).group_by(Job.kind, Job.state)
-    return [(k, s, int(c)) for k, s, c in session.execute(query)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from app.core.db import is_postgres
 from app.models.host import Host
 from app.models.job import Job
 from app.models.server import Server
@@ -25,7 +26,7 @@ def dispatch_latencies(session: Session) -> tuple[list[int], int, float]:
     """(cumulative count per bucket, count, sum) of queued → running over every job that ran."""
     delay = (
         func.extract("epoch", Job.running_at - Job.queued_at)
-        if _is_pg(session)
+        if is_postgres(session)
         else ((func.julianday(Job.running_at) - func.julianday(Job.queued_at)) * 86400.0)
     )
     columns = [func.sum(case((delay <= b, 1), else_=0)) for b in DISPATCH_BUCKETS_S]
@@ -43,7 +44,3 @@ def hosts(session: Session) -> list[Host]:
 
 def servers(session: Session) -> list[Server]:
     return list(session.scalars(select(Server).where(Server.state.in_(["starting", "ready", "stopping"]))))
-
-
-def _is_pg(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"

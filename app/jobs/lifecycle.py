@@ -16,12 +16,11 @@ from app.core.config import Settings
 from app.core.errors import AppError
 from app.core.queue import enqueue_after_commit, send_job
 from app.hosts import service as hosts_service
-from app.jobs import refs, repository
+from app.jobs import refs, repository, results
 from app.jobs.service import validate_params
 from app.jobs.states import ACTIVE, TERMINAL, JobState, TransitionConflict, transition
 from app.models.base import utcnow
 from app.models.job import Job
-from app.servers import service as servers_service
 
 
 @dataclass(frozen=True)
@@ -131,8 +130,7 @@ def finish(session: Session, settings: Settings, *, job_id: uuid.UUID, outcome: 
     if outcome.state == JobState.SUCCEEDED:
         job.progress = 1.0
     transition(session, job, outcome.state, reason=outcome.reason, message=outcome.message)
-    if job.kind == "benchmark" and outcome.result and outcome.result.get("rows") is not None:
-        servers_service.record_benchmark(session, job_id=job.id, summary=outcome.result)
+    results.record(session, job_id=job.id, kind=job.kind, result=outcome.result)
     settle_dependents(session, settings, job)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.core.errors import AppError, ErrorCode
+from app.jobs import results
 from app.models.base import utcnow
 from app.models.server import BenchmarkResult, Server
 from app.servers import repository
@@ -71,6 +72,15 @@ def record_benchmark(
     )
     repository.add_benchmark(session, result)
     return result
+
+
+def _record_benchmark_job(session: Session, job_id: uuid.UUID, result: dict[str, Any]) -> None:
+    """A benchmark job's result with rows becomes a table (a sweep that failed its gate has rows too)."""
+    if result.get("rows") is not None:
+        record_benchmark(session, job_id=job_id, summary=result)
+
+
+results.register("benchmark", _record_benchmark_job)
 
 
 def list_servers(session: Session, *, state: str | None, limit: int) -> list[Server]:

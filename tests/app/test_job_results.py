@@ -1,0 +1,51 @@
+"""Result recorders by job kind: the finishing path hands a result to the domain that keeps it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.jobs.lifecycle import Outcome, finish
+from app.jobs.states import JobState
+from tests.app.test_jobs_api import submit
+from tests.conftest import ROOT
+
+
+def finish_as(settings: Settings, job_id: str, kind: str, result: dict[str, object]) -> None:
+    with session_scope(settings) as session:
+        session.execute(
+            text("UPDATE job SET state='running', kind=:kind WHERE id=:id"), {"kind": kind, "id": job_id}
+        )
+    with session_scope(settings) as session:
+        finish(
+            session,
+            settings,
+            job_id=uuid.UUID(job_id),
+            outcome=Outcome(JobState.FAILED, "RELEASE_GATE_FAILED", result=result),
+        )
+
+
+def test_only_a_benchmark_result_with_rows_becomes_a_table_whatever_the_end_state(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
+    rows = [{"depth": None, "speedup": 1.0}]
+    finish_as(settings, str(submit(client, admin)["id"]), "eval", {"rows": rows})
+    finish_as(settings, str(submit(client, admin)["id"]), "benchmark", {"mode": "single"})
+    assert client.get("/v1/benchmarks", headers=admin).json() == []
+    gated = str(submit(client, admin)["id"])
+    finish_as(settings, gated, "benchmark", {"rows": rows, "gate": {"deployable": False}})
+    listed = client.get("/v1/benchmarks", headers=admin).json()
+    assert [(b["job_id"], b["deployable"]) for b in listed] == [(gated, False)]
+
+
+def test_the_worker_process_registers_the_benchmark_recorder() -> None:
+    """The runner is what calls finish in production; importing it must bring the servers recorder along."""
+    probe = "import workers.runner; from app.jobs import results; print(results.recorder_for('benchmark'))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "_record_benchmark_job" in out.stdout

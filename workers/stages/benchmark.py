@@ -18,8 +18,6 @@ from workers.stages.base import StageContext, StageError, TerminationReason
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
-    for path in params.host_paths():
-        ctx.check_path(path)
     prompts = _prompts(params)
     if params.mode == "single":
         assert params.url is not None

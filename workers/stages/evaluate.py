@@ -14,8 +14,6 @@ from workers.stages.base import StageContext, StageError, TerminationReason
 
 
 def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
-    for path in params.host_paths():
-        ctx.check_path(path)
     device = _device(ctx, params)
     dtype_name = (
         params.dtype if params.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")

@@ -8,10 +8,12 @@ import os
 import secrets
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -105,7 +107,7 @@ def service(
     log: Path,
     ready_url: str | None = None,
     ready_text: str | None = None,
-) -> Iterator[object]:
+) -> Iterator[subprocess.Popen[bytes]]:
     popen = proc.spawn([sys.executable, *argv], env=env_for(settings), cwd=ROOT, output=log)
     try:
         deadline = time.monotonic() + 60
@@ -122,6 +124,56 @@ def service(
         yield popen
     finally:
         proc.terminate_group(popen.pid, grace_s=10, popen=popen)
+
+
+@dataclass(frozen=True)
+class Eyas:
+    """A running eyas: the API's URL, an admin's headers, and the processes (to read their CPU and memory)."""
+
+    url: str
+    headers: dict[str, str]
+    api: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes] | None
+
+
+@contextmanager
+def eyas(settings: Settings, folder: Path, *, worker_host: str | None = None) -> Iterator[Eyas]:
+    """`eyas api` on a free port, ready once /healthz answers, and with worker_host an `eyas worker` for that
+    host, ready once it logs "ready."; their logs are folder/api.log and folder/worker.log."""
+    headers = {"Authorization": f"Bearer {admin_token(settings)}"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with ExitStack() as stack:
+        api = stack.enter_context(
+            service(
+                ["-m", "cli.main", "api", "--port", str(port)],
+                settings,
+                folder / "api.log",
+                ready_url=f"{url}/healthz",
+            )
+        )
+        worker = None
+        if worker_host is not None:
+            worker = stack.enter_context(
+                service(
+                    ["-m", "cli.main", "worker", "--host-name", worker_host],
+                    settings,
+                    folder / "worker.log",
+                    ready_text="ready.",
+                )
+            )
+        yield Eyas(url, headers, api, worker)
+
+
+@contextmanager
+def bare_endpoint(settings: Settings, folder: Path) -> Iterator[str]:
+    """The yardstick: a bare FastAPI app returning constant JSON at /job, on eyas api's uvicorn settings."""
+    port = free_port()
+    argv = ["-m", "uvicorn", "bench._bare_app:app", "--port", str(port), "--log-level", "info"]
+    argv += ["--no-access-log", "--http", "h11"]  # eyas api serves with h11 (a header-size limit)
+    url = f"http://127.0.0.1:{port}/job"
+    with service(argv, settings, folder / "bare.log", ready_url=url):
+        yield url
 
 
 def _answers(url: str) -> bool:

@@ -14,31 +14,15 @@ import time
 from pathlib import Path
 
 import httpx
-from _harness import ROOT, admin_token, database, free_port, make_settings, service, summary_ms
+from _harness import ROOT, database, eyas, make_settings, summary_ms
 
 from workers import proc
 
 
 def eyas_dispatch(jobs: int, tmp: Path, db_url: str) -> dict[str, object]:
     settings = make_settings(db_url, tmp / "data", heartbeat_s=1.0)
-    headers = {"Authorization": f"Bearer {admin_token(settings)}"}
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (
-        service(
-            ["-m", "cli.main", "api", "--port", str(port)],
-            settings,
-            tmp / "api.log",
-            ready_url=f"{url}/healthz",
-        ),
-        service(
-            ["-m", "cli.main", "worker", "--host-name", "bench"],
-            settings,
-            tmp / "worker.log",
-            ready_text="ready.",
-        ),
-    ):
-        http = httpx.Client(base_url=url, headers=headers, timeout=30)
+    with eyas(settings, tmp, worker_host="bench") as running:
+        http = httpx.Client(base_url=running.url, headers=running.headers, timeout=30)
         latencies, end_to_end = [], []
         for _ in range(jobs):
             started = time.perf_counter()

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import psutil
 import psycopg
-from _harness import admin_token, database, free_port, make_settings, service, summary_ms
+from _harness import Eyas, database, eyas, make_settings, summary_ms
 
 
 async def follow(url: str, headers: dict[str, str], job_id: str, stamped: bool) -> tuple[int, list[float]]:
@@ -74,61 +74,34 @@ def main() -> None:
     out: dict[str, object] = {"benchmark": "logs"}
     with tempfile.TemporaryDirectory() as tmp, database() as db_url:
         settings = make_settings(db_url, Path(tmp) / "data", heartbeat_s=1.0)
-        headers = {"Authorization": f"Bearer {admin_token(settings)}"}
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        with (
-            service(
-                ["-m", "cli.main", "api", "--port", str(port)],
-                settings,
-                Path(tmp) / "api.log",
-                ready_url=f"{url}/healthz",
-            ) as api,
-            service(
-                ["-m", "cli.main", "worker", "--host-name", "bench"],
-                settings,
-                Path(tmp) / "worker.log",
-                ready_text="ready.",
-            ) as worker,
-        ):
-            http = httpx.Client(base_url=url, headers=headers, timeout=60)
-            out["follow_latency"] = run_follow(http, url, headers, args)
-            out["ingest"] = run_ingest(http, url, headers, args, (api, worker), db_url, followers=0)
+        with eyas(settings, Path(tmp), worker_host="bench") as running:
+            http = httpx.Client(base_url=running.url, headers=running.headers, timeout=60)
+            out["follow_latency"] = run_follow(http, running, args)
+            out["ingest"] = run_ingest(http, running, args, db_url, followers=0)
             followed = argparse.Namespace(**{**vars(args), "ingest_lines": args.follower_lines})
-            out["same_size_without_followers"] = run_ingest(
-                http, url, headers, followed, (api, worker), db_url, followers=0
-            )
+            out["same_size_without_followers"] = run_ingest(http, running, followed, db_url, followers=0)
             out["ingest_with_followers"] = run_ingest(
-                http, url, headers, followed, (api, worker), db_url, followers=args.followers
+                http, running, followed, db_url, followers=args.followers
             )
     print(json.dumps(out, indent=2))
 
 
-def run_follow(
-    http: httpx.Client, url: str, headers: dict[str, str], args: argparse.Namespace
-) -> dict[str, object]:
+def run_follow(http: httpx.Client, running: Eyas, args: argparse.Namespace) -> dict[str, object]:
     job_id = submit(http, {"lines": args.follow_lines, "lines_per_second": args.rate, "stamp": True})
     wait_running(http, job_id)
-    count, delays = asyncio.run(follow(url, headers, job_id, stamped=True))
+    count, delays = asyncio.run(follow(running.url, running.headers, job_id, stamped=True))
     return {"lines": args.follow_lines, "received": count, "rate_per_s": args.rate, **summary_ms(delays)}
 
 
 def run_ingest(
-    http: httpx.Client,
-    url: str,
-    headers: dict[str, str],
-    args: argparse.Namespace,
-    services: tuple[object, object],
-    db_url: str,
-    followers: int,
+    http: httpx.Client, running: Eyas, args: argparse.Namespace, db_url: str, *, followers: int
 ) -> dict[str, object]:
-    api, worker = services
-    api_cpu_before = _cpu(api.pid)  # type: ignore[attr-defined]
+    api_cpu_before = _cpu(running.api.pid)
     commits_before = commits(db_url)
     job_id = submit(http, {"lines": args.ingest_lines, "line_bytes": 100})
     received: list[int] = []
     watcher = threading.Thread(
-        target=lambda: received.extend(asyncio.run(_watch(url, headers, job_id, followers))), daemon=True
+        target=lambda: received.extend(asyncio.run(_watch(running, job_id, followers))), daemon=True
     )
     started = time.monotonic()
     wait_running(http, job_id)
@@ -136,7 +109,8 @@ def run_ingest(
         watcher.start()
     peak_rss = 0
     while not http.get(f"/v1/jobs/{job_id}").json()["terminal"]:
-        peak_rss = max(peak_rss, _rss(worker.pid))  # type: ignore[attr-defined]
+        assert running.worker is not None
+        peak_rss = max(peak_rss, _rss(running.worker.pid))
         time.sleep(0.05)
     stored_at = time.monotonic() - started
     if followers:
@@ -153,13 +127,14 @@ def run_ingest(
         "followers": followers,
         "followers_received_all": all(r == args.ingest_lines for r in received) if followers else None,
         "followers_done_after_s": round(followers_done, 2) if followers else None,
-        "api_cpu_s": round(_cpu(api.pid) - api_cpu_before, 2),  # type: ignore[attr-defined]
+        "api_cpu_s": round(_cpu(running.api.pid) - api_cpu_before, 2),
         "db_transactions": commits(db_url) - commits_before,
     }
 
 
-async def _watch(url: str, headers: dict[str, str], job_id: str, followers: int) -> list[int]:
-    results = await asyncio.gather(*(follow(url, headers, job_id, stamped=False) for _ in range(followers)))
+async def _watch(running: Eyas, job_id: str, followers: int) -> list[int]:
+    followed = (follow(running.url, running.headers, job_id, stamped=False) for _ in range(followers))
+    results = await asyncio.gather(*followed)
     return [count for count, _ in results]
 
 

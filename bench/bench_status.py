@@ -14,14 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _harness import (
-    admin_token,
-    database,
-    free_port,
-    make_settings,
-    service,
-    summary_ms,
-)
+from _harness import bare_endpoint, database, eyas, make_settings, summary_ms
 
 
 async def load(url: str, headers: dict[str, str], clients: int, seconds: float) -> dict[str, float]:
@@ -53,48 +46,25 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, database() as db_url:
         settings = make_settings(db_url, Path(tmp) / "data")
-        token = admin_token(settings)
-        headers = {"Authorization": f"Bearer {token}"}
-        api_port, bare_port = free_port(), free_port()
-        api_url = f"http://127.0.0.1:{api_port}"
-        with service(
-            ["-m", "cli.main", "api", "--port", str(api_port)],
-            settings,
-            Path(tmp) / "api.log",
-            ready_url=f"{api_url}/healthz",
-        ):
+        with eyas(settings, Path(tmp)) as running:
             job = httpx.post(
-                f"{api_url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=headers
+                f"{running.url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=running.headers
             )
-            job_id = job.json()["id"] if job.status_code == 201 else None
-            if job_id is None:  # no host registered: place it explicitly on a named host
+            if job.status_code != 201:
                 raise SystemExit(job.text)
-            eyas = asyncio.run(load(f"{api_url}/v1/jobs/{job_id}", headers, args.clients, args.seconds))
-        bare_argv = [
-            "-m",
-            "uvicorn",
-            "bench._bare_app:app",
-            "--port",
-            str(bare_port),
-            "--log-level",
-            "info",
-            "--no-access-log",
-            "--http",
-            "h11",  # eyas api serves with h11 (a header-size limit)
-        ]
-        with service(
-            bare_argv, settings, Path(tmp) / "bare.log", ready_url=f"http://127.0.0.1:{bare_port}/job"
-        ):
-            bare = asyncio.run(load(f"http://127.0.0.1:{bare_port}/job", {}, args.clients, args.seconds))
+            job_url = f"{running.url}/v1/jobs/{job.json()['id']}"
+            eyas_reads = asyncio.run(load(job_url, running.headers, args.clients, args.seconds))
+        with bare_endpoint(settings, Path(tmp)) as bare_url:
+            bare = asyncio.run(load(bare_url, {}, args.clients, args.seconds))
     print(
         json.dumps(
             {
                 "benchmark": "status_reads",
                 "clients": args.clients,
                 "seconds": args.seconds,
-                "eyas_get_job": eyas,
+                "eyas_get_job": eyas_reads,
                 "bare_fastapi": bare,
-                "throughput_ratio": round(eyas["requests_per_s"] / bare["requests_per_s"], 3),
+                "throughput_ratio": round(eyas_reads["requests_per_s"] / bare["requests_per_s"], 3),
             },
             indent=2,
         )

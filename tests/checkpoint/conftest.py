@@ -1,4 +1,5 @@
-"""Tiny drafters written by the real training libraries, and a tiny target config.
+"""Tiny drafters written by the real training libraries (speculators' through tests/_drafts.py) and a
+tiny target config.
 
 Sizes: draft hidden 32 (4 heads of 8, 2 KV heads), intermediate 64, target vocab 256, draft vocab 64,
 target with 8 layers. speculators' and SpecForge's own model classes save them, so the key names, dtypes
@@ -18,8 +19,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tests._drafts import DraftShape, fill_finite, layer_config, vocab_map, write_speculators_draft
+
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM = 32, 64, 4, 2, 8
 VOCAB, DRAFT_VOCAB, TARGET_LAYERS = 256, 64, 8
+TINY = DraftShape(HIDDEN, INTER, HEADS, KV_HEADS, VOCAB, DRAFT_VOCAB, max_positions=512)
 TARGET_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -36,38 +40,6 @@ TARGET_CONFIG: dict[str, Any] = {
 }
 
 
-def _layer_config() -> Any:
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        hidden_size=HIDDEN,
-        intermediate_size=INTER,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        num_hidden_layers=1,
-        vocab_size=VOCAB,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-5,
-    )
-
-
-def vocab_map() -> tuple[torch.Tensor, torch.Tensor]:
-    """d2t/t2d as all three trainers build them: the used target ids, sorted, as offsets."""
-    used = torch.arange(0, 2 * DRAFT_VOCAB, 2)  # every other target token
-    d2t = used - torch.arange(DRAFT_VOCAB)
-    t2d = torch.zeros(VOCAB, dtype=torch.bool)
-    t2d[used] = True
-    return d2t, t2d
-
-
-def _fill_finite(model: torch.nn.Module) -> None:
-    """speculators initialises lm_head/embeddings to NaN until verifier weights load; give them values."""
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
-
-
 @pytest.fixture(scope="session")
 def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("target")
@@ -78,30 +50,7 @@ def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def speculators_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An Eagle3DraftModel saved with speculators' save_pretrained (aux ids in speculators' convention)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from speculators.config import SpeculatorsConfig, VerifierConfig
-        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-        from speculators.proposals.greedy import GreedyTokenProposalConfig
-
-    config = Eagle3SpeculatorConfig(
-        transformer_layer_config=_layer_config(),
-        draft_vocab_size=DRAFT_VOCAB,
-        eagle_aux_hidden_state_layer_ids=[1, 4, 6],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-        ),
-    )
-    model = Eagle3DraftModel(config)
-    _fill_finite(model)
-    d2t, t2d = vocab_map()
-    model.load_vocab_mappings(t2d, d2t)
-    folder = tmp_path_factory.mktemp("speculators") / "draft"
-    model.save_pretrained(folder)
-    return folder
+    return write_speculators_draft(tmp_path_factory.mktemp("speculators") / "draft", TINY)
 
 
 @pytest.fixture(scope="session")
@@ -116,12 +65,12 @@ def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
         llama3_eagle = pytest.importorskip("specforge.modeling.draft.llama3_eagle")
     LlamaForCausalLMEagle3 = llama3_eagle.LlamaForCausalLMEagle3  # noqa: N806 - the library's class name
 
-    config = _layer_config()
+    config = layer_config(TINY)
     config.architectures = ["LlamaForCausalLMEagle3"]
     config.draft_vocab_size = DRAFT_VOCAB
     model = LlamaForCausalLMEagle3(config)
-    _fill_finite(model)
-    d2t, t2d = vocab_map()
+    fill_finite(model)
+    d2t, t2d = vocab_map(TINY)
     model.d2t.copy_(d2t)
     model.t2d.copy_(t2d)
     folder = tmp_path_factory.mktemp("specforge") / "draft"
@@ -147,7 +96,7 @@ def clean_draft(tmp_path_factory: pytest.TempPathFactory, speculators_draft: Pat
         if name not in ("embed_tokens.weight", "t2d")
     }
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    config = _layer_config().to_diff_dict()
+    config = layer_config(TINY).to_diff_dict()
     config.pop("rope_parameters", None)
     config.update({k: TARGET_CONFIG[k] for k in ("rope_theta", "rope_scaling", "max_position_embeddings")})
     config.update(

@@ -17,11 +17,15 @@ import httpx
 from sqlalchemy import text
 
 from app.core.db import session_scope
-from tests.reliability._draft import write_speculators_draft
+from tests._drafts import DraftShape, write_speculators_draft
 from tests.reliability._stack import Stack
 from workers import proc
 
 ROOT = Path(__file__).resolve().parents[2]
+# ~150 MB of weights: a converter killed at a random moment is often caught in the middle of writing.
+LARGE_DRAFT = DraftShape(
+    hidden=512, intermediate=2048, heads=8, kv_heads=2, vocab=32_000, draft_vocab=8_000, max_positions=4096
+)
 
 
 class Submitters:
@@ -114,7 +118,7 @@ def digest(folder: Path) -> dict[str, str]:
 
 
 def test_a_converter_killed_at_any_moment_leaves_no_half_written_checkpoint(tmp_path: Path) -> None:
-    source = write_speculators_draft(tmp_path / "draft")
+    source = write_speculators_draft(tmp_path / "draft", LARGE_DRAFT)
     reference = tmp_path / "reference"
     argv = [sys.executable, "-m", "workers.checkpoint", "fix", str(source)]
     complete = proc.spawn([*argv, str(reference)], cwd=ROOT, output=tmp_path / "reference.log")

@@ -1,0 +1,86 @@
+"""speculators EAGLE-3 drafters saved by speculators' own save_pretrained, at any size.
+
+tests/checkpoint builds a tiny one (hidden 32) for the converter and the doctor; tests/reliability a ~150 MB
+one, large enough that a converter killed at a random moment is often caught writing. The key names, dtypes
+and config layout are the library's, not ours.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    draft_vocab: int
+    max_positions: int
+
+
+def layer_config(shape: DraftShape) -> Any:
+    """The draft's one decoder layer, as a transformers LlamaConfig."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        num_hidden_layers=1,
+        vocab_size=shape.vocab,
+        max_position_embeddings=shape.max_positions,
+        rms_norm_eps=1e-5,
+    )
+
+
+def vocab_map(shape: DraftShape) -> tuple[torch.Tensor, torch.Tensor]:
+    """d2t/t2d as all three trainers build them: the used target ids, sorted, as offsets."""
+    used = torch.arange(0, 2 * shape.draft_vocab, 2)  # every other target token
+    d2t = used - torch.arange(shape.draft_vocab)
+    t2d = torch.zeros(shape.vocab, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d
+
+
+def fill_finite(model: torch.nn.Module) -> None:
+    """speculators initialises lm_head/embeddings to NaN until verifier weights load; give them values."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+
+
+def write_speculators_draft(folder: Path, shape: DraftShape) -> Path:
+    """An Eagle3DraftModel saved into folder (aux layer ids in speculators' convention)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from speculators.config import SpeculatorsConfig, VerifierConfig
+        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+        from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer_config(shape),
+        draft_vocab_size=shape.draft_vocab,
+        eagle_aux_hidden_state_layer_ids=[1, 4, 6],
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
+        ),
+    )
+    model = Eagle3DraftModel(config)
+    fill_finite(model)
+    d2t, t2d = vocab_map(shape)
+    model.load_vocab_mappings(t2d, d2t)
+    model.save_pretrained(folder)
+    return folder

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from sqlalchemy.orm import Session
 
 from app.core.deps import ReadPrincipal, SessionDep
 from app.logs import service
@@ -17,24 +19,51 @@ from app.logs.schemas import LogLineRead, LogPage
 
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
 
+Cursor = Annotated[int, Query(ge=0, le=2**62)]
+PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/plain": {}}}}
 
-@router.get("/{job_id}/logs", response_model=LogPage, responses={200: {"content": {"text/plain": {}}}})
-def read_logs(
-    job_id: uuid.UUID,
-    session: SessionDep,
-    _: ReadPrincipal,
-    cursor: Annotated[int, Query(ge=0, le=2**62)] = 0,
+
+@dataclass(frozen=True)
+class LogQuery:
+    """What a log page request asks for; shared by every route that serves a job's log in pages."""
+
+    cursor: int
+    limit: int
+    tail: int | None
+    stream: Literal["stdout", "stderr"] | None
+    format: Literal["json", "text"]
+
+
+def log_query(
+    cursor: Cursor = 0,
     limit: Annotated[int, Query(ge=1, le=service.MAX_PAGE_LINES)] = 1000,
     tail: Annotated[int | None, Query(ge=1, le=service.MAX_PAGE_LINES)] = None,
     stream: Literal["stdout", "stderr"] | None = None,
     format: Literal["json", "text"] = "json",
-) -> LogPage | PlainTextResponse:
-    """A page of log lines after `cursor`, or the last `tail` lines; `format=text` for curl."""
-    page = service.read_page(session, job_id, cursor=cursor, limit=limit, tail=tail, stream=stream)
-    if format == "text":
+) -> LogQuery:
+    return LogQuery(cursor, limit, tail, stream, format)
+
+
+LogQueryDep = Annotated[LogQuery, Depends(log_query)]
+
+
+def page_response(session: Session, job_id: uuid.UUID, query: LogQuery) -> LogPage | PlainTextResponse:
+    """A page of the job's log as JSON, or as plain text with the cursor in headers."""
+    page = service.read_page(
+        session, job_id, cursor=query.cursor, limit=query.limit, tail=query.tail, stream=query.stream
+    )
+    if query.format == "text":
         headers = {"X-Next-Cursor": str(page.next_cursor), "X-Log-Complete": str(page.complete).lower()}
         return PlainTextResponse(service.render_text(page), headers=headers)
     return page
+
+
+@router.get("/{job_id}/logs", response_model=LogPage, responses=PAGE_RESPONSES)
+def read_logs(
+    job_id: uuid.UUID, session: SessionDep, _: ReadPrincipal, query: LogQueryDep
+) -> LogPage | PlainTextResponse:
+    """A page of log lines after `cursor`, or the last `tail` lines; `format=text` for curl."""
+    return page_response(session, job_id, query)
 
 
 @router.get("/{job_id}/logs/stream", responses={200: {"content": {"text/event-stream": {}}}})
@@ -43,7 +72,7 @@ def stream_logs(
     request: Request,
     session: SessionDep,
     _: ReadPrincipal,
-    cursor: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    cursor: Cursor = 0,
     last_event_id: Annotated[str | None, Header(max_length=32)] = None,
 ) -> StreamingResponse:
     """Follow the log live (SSE): `line` events (id = seq), resume with Last-Event-ID, a final `end`."""

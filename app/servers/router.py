@@ -11,7 +11,6 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from app.core.deps import ReadPrincipal, SessionDep, SubmitPrincipal
 from app.jobs import service as jobs
 from app.logs import router as logs_router
-from app.logs import service as logs
 from app.logs.schemas import LogPage
 from app.servers import service
 from app.servers.schemas import BenchmarkRead, ServerRead
@@ -45,25 +44,22 @@ def stop_server(server_id: uuid.UUID, session: SessionDep, _: SubmitPrincipal) -
     return ServerRead.model_validate(server)
 
 
-@router.get("/v1/servers/{server_id}/logs", response_model=LogPage)
+@router.get("/v1/servers/{server_id}/logs", response_model=LogPage, responses=logs_router.PAGE_RESPONSES)
 def server_logs(
-    server_id: uuid.UUID,
-    session: SessionDep,
-    _: ReadPrincipal,
-    cursor: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    limit: Annotated[int, Query(ge=1, le=logs.MAX_PAGE_LINES)] = 1000,
-    tail: Annotated[int | None, Query(ge=1, le=logs.MAX_PAGE_LINES)] = None,
-    format: Literal["json", "text"] = "json",
+    server_id: uuid.UUID, session: SessionDep, _: ReadPrincipal, query: logs_router.LogQueryDep
 ) -> LogPage | PlainTextResponse:
-    """The server's log: its launch job's log."""
+    """The server's log: its launch job's log, paged as for jobs."""
     server = service.get_server(session, server_id)
-    page = logs.read_page(session, server.job_id, cursor=cursor, limit=limit, tail=tail, stream=None)
-    return PlainTextResponse(logs.render_text(page)) if format == "text" else page
+    return logs_router.page_response(session, server.job_id, query)
 
 
 @router.get("/v1/servers/{server_id}/logs/stream", responses={200: {"content": {"text/event-stream": {}}}})
 def server_log_stream(
-    server_id: uuid.UUID, request: Request, session: SessionDep, principal: ReadPrincipal, cursor: int = 0
+    server_id: uuid.UUID,
+    request: Request,
+    session: SessionDep,
+    principal: ReadPrincipal,
+    cursor: logs_router.Cursor = 0,
 ) -> StreamingResponse:
     """Follow the server's log live (SSE), as for jobs."""
     server = service.get_server(session, server_id)

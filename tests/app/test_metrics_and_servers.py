@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +14,7 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.jobs.lifecycle import Outcome, finish
 from app.jobs.states import JobState
+from app.logs import repository as logs_repo
 from app.servers import service as servers
 from tests.app.test_jobs_api import register_host, submit
 
@@ -72,8 +74,31 @@ def test_server_rows_follow_the_launch_jobs_events(
     stopped = client.post(f"/v1/servers/{server['id']}/stop", headers=admin).json()
     assert stopped["state"] == "stopping"
     assert client.get(f"/v1/jobs/{job['id']}", headers=admin).json()["state"] == "cancelled"
-    assert client.get(f"/v1/servers/{server['id']}/logs", headers=admin).status_code == 200
     assert client.get(f"/v1/servers/{uuid.uuid4()}", headers=admin).status_code == 404
+
+
+def test_a_servers_log_pages_as_its_jobs_log_does(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
+    job_id = uuid.UUID(str(submit(client, admin)["id"]))
+    now = datetime.now(UTC)
+    with session_scope(settings) as session:
+        server = servers.record_server_event(session, job_id=job_id, host="gpu-a", event={"state": "ready"})
+        rows = [
+            (1, now, "stdout", "loading"),
+            (2, now, "stderr", "warning: slow"),
+            (3, now, "stdout", "ready"),
+        ]
+        logs_repo.insert_lines(session, job_id, rows)
+    query = {"stream": "stderr", "format": "text"}
+    for url in (f"/v1/jobs/{job_id}/logs", f"/v1/servers/{server.id}/logs"):
+        text_page = client.get(url, params=query, headers=admin)
+        assert text_page.text == "warning: slow\n"
+        assert (text_page.headers["x-next-cursor"], text_page.headers["x-log-complete"]) == ("3", "false")
+        tail = client.get(url, params={"tail": 1}, headers=admin).json()
+        assert [line["text"] for line in tail["lines"]] == ["ready"]
+    over = client.get(f"/v1/servers/{server.id}/logs", params={"limit": 10**6}, headers=admin)
+    assert over.status_code == 422
 
 
 def test_benchmark_table_is_stored_when_the_job_ends_and_served_as_csv(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -139,20 +140,14 @@ def _exit_code(job: dict[str, Any]) -> int:
 
 def hosts(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List GPU hosts."""
-    rows = Api(url, token).json("GET", "/v1/hosts")
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table("host", "online", "GPUs", "leases", "note")
-    for h in rows:
-        table.add_row(
-            h["name"],
-            "yes" if h["online"] else "no",
-            str(h["gpu_count"]),
-            str(len(h["leases"])),
-            h.get("gpu_error") or "",
-        )
-    console.print(table)
+    columns: dict[str, Cell] = {
+        "host": lambda h: h["name"],
+        "online": lambda h: "yes" if h["online"] else "no",
+        "GPUs": lambda h: str(h["gpu_count"]),
+        "leases": lambda h: str(len(h["leases"])),
+        "note": lambda h: h.get("gpu_error") or "",
+    }
+    _print_rows(Api(url, token).json("GET", "/v1/hosts"), columns, as_json)
 
 
 def logs(
@@ -209,6 +204,20 @@ def _follow(api: Api, job_id: str, cursor: int) -> str:
             time.sleep(1)
 
 
+Cell = Callable[[dict[str, Any]], str]
+
+
+def _print_rows(rows: list[dict[str, Any]], columns: dict[str, Cell], as_json: bool) -> None:
+    """A list as JSON for scripts, or as a table: one column per header, its cell read from each row."""
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(cell(row) for cell in columns.values()))
+    console.print(table)
+
+
 def _print_job(job: dict[str, Any], as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(job, indent=2))
@@ -245,14 +254,14 @@ def token_create(
 
 def token_list(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List tokens (admin)."""
-    rows = Api(url, token).json("GET", "/v1/tokens")
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table("id", "name", "prefix", "scopes", "revoked")
-    for t in rows:
-        table.add_row(t["id"], t["name"], t["prefix"], ",".join(t["scopes"]), t["revoked_at"] or "")
-    console.print(table)
+    columns: dict[str, Cell] = {
+        "id": lambda t: t["id"],
+        "name": lambda t: t["name"],
+        "prefix": lambda t: t["prefix"],
+        "scopes": lambda t: ",".join(t["scopes"]),
+        "revoked": lambda t: t["revoked_at"] or "",
+    }
+    _print_rows(Api(url, token).json("GET", "/v1/tokens"), columns, as_json)
 
 
 def token_revoke(token_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:

@@ -160,6 +160,18 @@ def terminate_group(
     return True
 
 
+def signal_children(pid: int, sig: signal.Signals) -> int:
+    """Send `sig` to the direct children of `pid` (a launcher's workers); returns how many got it."""
+    sent = 0
+    for child in _children(pid):
+        try:
+            child.send_signal(sig)
+            sent += 1
+        except psutil.Error:
+            pass
+    return sent
+
+
 def group_alive(pgid: int, expected_create_time: float | None = None) -> bool:
     """Whether the group still has members (and, if given, its leader is the process eyas started)."""
     if (
@@ -223,6 +235,13 @@ def _same_process(pid: int, expected_create_time: float) -> bool:
 
 def _pid_exists(pid: int) -> bool:
     return psutil.pid_exists(pid)
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children()
+    except psutil.Error:
+        return []
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -3,7 +3,8 @@
 The worker starts every job this way, through the process runner, so a job's output is its log, cancel is
 a signal to its process group, and a worker that dies leaves a recorded group it can end on restart.
 Structured events (progress, metrics, artifacts, the result) go as JSON lines to the file descriptor
-given by --event-fd, never mixed with the log.
+given by --event-fd, never mixed with the log. A torchrun rank (workers/stages/_torchrun.py) writes them to
+the FIFO given by --event-fifo instead, tagged with its rank.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -42,11 +44,44 @@ class FdSink:
             self._file.flush()
 
 
+class RankSink:
+    """A torchrun rank's events, written to its launcher's FIFO. Only rank 0 reports progress, metrics and
+    results; other ranks' events (errors) are kept under PIPE_BUF so a write never interleaves with rank
+    0's lines."""
+
+    def __init__(self, fifo: Path) -> None:
+        self._fd = os.open(fifo, os.O_WRONLY)
+        self._lock = threading.Lock()
+
+    def emit(self, event: dict[str, Any]) -> None:
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else None
+        data = (json.dumps({**event, "rank": rank}, default=str) + "\n").encode()
+        if rank != 0 and len(data) > select.PIPE_BUF:
+            short = {"type": event["type"], "reason": event.get("reason"), "rank": rank}
+            short["message"] = str(event.get("message", ""))[: select.PIPE_BUF // 2]
+            data = (json.dumps(short) + "\n").encode()
+        with self._lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+
+    def close(self) -> None:
+        """The rank's last act: leave torchrun's process group (its events carry the rank until then)."""
+        from workers.ml import distributed
+
+        distributed.leave()
+        os.close(self._fd)
+
+
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="workers.stage_main")
     parser.add_argument("--kind", required=True, choices=sorted(STAGE_SPECS))
     parser.add_argument("--params-file", required=True, type=Path)
-    parser.add_argument("--event-fd", required=True, type=int)
+    events = parser.add_mutually_exclusive_group(required=True)
+    events.add_argument("--event-fd", type=int)
+    events.add_argument("--event-fifo", type=Path, help="a torchrun rank's event channel")
     parser.add_argument("--work-dir", required=True, type=Path)
     parser.add_argument("--job-id", default=None)
     parser.add_argument("--gpus", default="")
@@ -56,7 +91,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    sink = FdSink(args.event_fd)
+    sink: FdSink | RankSink = RankSink(args.event_fifo) if args.event_fifo else FdSink(args.event_fd)
     cancel = threading.Event()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: cancel.set())
     ctx = StageContext(
@@ -69,17 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     raw = json.loads(args.params_file.read_text())
     params = STAGE_SPECS[args.kind].params_model().model_validate(raw)
-    return _run(ctx, sink, args.kind, params)
+    try:
+        return _run(ctx, sink, args.kind, params)
+    finally:
+        if isinstance(sink, RankSink):
+            sink.close()
 
 
-def _run(ctx: StageContext, sink: FdSink, kind: str, params: StageParams) -> int:
+def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params: StageParams) -> int:
     try:
         for path in params.host_paths():
             ctx.check_path(path)
         result = load_stage(kind)(ctx, params)
     except StageCancelled:
         sink.emit({"type": "error", "reason": TerminationReason.USER_CANCELLED, "message": "cancelled"})
-        return EXIT_CANCELLED
+        # A rank that stopped on request exits cleanly: its launcher knows it cancelled, and torchrun would
+        # report a non-zero exit as a failed worker.
+        return 0 if isinstance(sink, RankSink) else EXIT_CANCELLED
     except StageError as exc:
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
         sink.emit({"type": "error", "reason": exc.reason, "message": exc.message, "details": exc.details})

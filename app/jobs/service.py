@@ -45,6 +45,9 @@ def submit_job(
             return existing, False
     params = validate_params(spec.kind, spec.params)
     gpus = spec.gpus if spec.gpus is not None else params.gpus_needed()
+    conflict = params.gpus_conflict(gpus)
+    if conflict is not None:
+        raise AppError(ErrorCode.INVALID_PARAMS, conflict, errors=[{"field": "gpus", "message": conflict}])
     if spec.gpus is None and gpus and params.gpus_optional():
         gpus = hosts_service.gpus_available_or_none(session, host=spec.host, wanted=gpus)
     host = hosts_service.place(session, settings, gpus=gpus, host=spec.host)

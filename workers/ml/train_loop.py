@@ -2,6 +2,8 @@
 
 It talks to its surroundings through `Reporter` (the stage context satisfies it) and `Checkpointer`, so it
 knows nothing of jobs, and a cancel or a `max_steps` stop always leaves a state file the run resumes from.
+Under torchrun every rank runs this loop in lockstep over its own share of the batches; statistics are
+summed over the ranks before they are reported, so the figures describe the whole global batch.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Protocol
 
 import torch
 
+from workers.ml.distributed import sum_across
 from workers.ml.objective import summarise
 from workers.ml.train_data import HiddenStateDataset, batch_loader, epoch_batches
 from workers.ml.train_state import RunPosition
-from workers.ml.trainer import Trainer
+from workers.ml.trainer import StopRequested, Trainer
 
 
 class Reporter(Protocol):
@@ -27,7 +30,7 @@ class Reporter(Protocol):
 
     def metric(self, name: str, value: float, step: int) -> None: ...
 
-    def check_cancelled(self) -> None: ...
+    def cancel_requested(self) -> bool: ...
 
 
 @dataclass
@@ -93,10 +96,17 @@ def run_training(
 def _train_epoch(
     trainer: Trainer, plan: LoopPlan, position: RunPosition, reporter: Reporter, save_state: Checkpointer
 ) -> tuple[bool, torch.Tensor | None]:
-    """Train the rest of the current epoch: (whether it finished, its summed step stats). An early stop
-    (max_steps, cancel) saves the state first."""
+    """Train the rest of the current epoch: (whether it finished, this rank's summed step stats). An early
+    stop (max_steps, cancel: StopRequested) saves the state first."""
+    ranks = trainer.ranks
     batches = epoch_batches(
-        plan.train_rows, plan.seq_lens, batch_size=plan.batch_size, epoch=position.epoch, seed=plan.seed
+        plan.train_rows,
+        plan.seq_lens,
+        batch_size=plan.batch_size,
+        epoch=position.epoch,
+        seed=plan.seed,
+        rank=ranks.rank,
+        world=ranks.world,
     )
     loader = batch_loader(
         plan.dataset,
@@ -108,11 +118,12 @@ def _train_epoch(
     window, epoch_stats = _Window(), None
     for batch in loader:
         try:
-            reporter.check_cancelled()
-        except BaseException:
+            loss, grad_norm, stats = trainer.step(
+                batch.to(trainer.device), position.global_step, stop_requested=reporter.cancel_requested()
+            )
+        except StopRequested:
             save_state(position)  # the steps done so far survive the cancel
             raise
-        loss, grad_norm, stats = trainer.step(batch.to(trainer.device), position.global_step)
         position.global_step += 1
         position.batch_in_epoch += 1
         window.add(loss, grad_norm, stats, batch.tokens)
@@ -133,12 +144,14 @@ def _report_window(
     assert window.stats is not None
     step = position.global_step
     elapsed = max(time.monotonic() - window.started, 1e-9)
-    metrics = summarise(window.stats, trainer.step_weights)
+    tokens = torch.tensor([float(window.tokens)], dtype=torch.float64, device=window.stats.device)
+    totals = sum_across(trainer.ranks, torch.cat([window.stats.double().flatten(), tokens]))
+    metrics = summarise(totals[:-1].view_as(window.stats), trainer.step_weights)
     metrics.update(
         loss=window.loss / window.steps,
         grad_norm=window.grad_norm / window.steps,
         lr=float(trainer.scheduler.get_last_lr()[0]),
-        tokens_per_s=window.tokens / elapsed,
+        tokens_per_s=float(totals[-1]) / elapsed,
     )
     for name, value in metrics.items():
         reporter.metric(f"train/{name}", value, step)
@@ -165,16 +178,18 @@ def _end_of_epoch(
     After a resume mid-epoch, train_epoch/ covers the part of the epoch this run trained."""
     summary: dict[str, float] = {"epoch": float(position.epoch + 1)}
     reporter.metric("epoch", position.epoch + 1, position.global_step)
-    if epoch_stats is not None:
+    if epoch_stats is not None:  # the same on every rank: all ran the same number of steps
+        epoch_stats = sum_across(trainer.ranks, epoch_stats)
         for name, value in summarise(epoch_stats, trainer.step_weights).items():
             reporter.metric(f"train_epoch/{name}", value, position.global_step)
             summary[f"train_epoch/{name}"] = value
     if not plan.val_rows:
         return summary
     batches = [plan.val_rows[i : i + plan.batch_size] for i in range(0, len(plan.val_rows), plan.batch_size)]
-    loader = batch_loader(plan.dataset, batches, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple)
+    ranks = trainer.ranks
+    mine = batches[ranks.rank :: ranks.world]
+    loader = batch_loader(plan.dataset, mine, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple)
     sums = trainer.evaluate(loader)
-    assert sums is not None
     for name, value in summarise(sums, trainer.step_weights).items():
         reporter.metric(f"val/{name}", value, position.global_step)
         summary[f"val/{name}"] = value

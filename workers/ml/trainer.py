@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from workers.ml._attention import AttentionBackend
+from workers.ml.distributed import Ranks, max_across, sum_across
 from workers.ml.drafter import Eagle3Drafter
 from workers.ml.objective import Targets, ttt_objective
 from workers.ml.target_head import TargetHead
@@ -34,6 +37,10 @@ class StepOutOfMemory(Exception):
         super().__init__(f"out of memory on a batch of {batch_size} x {seq_len} tokens")
         self.batch_size = batch_size
         self.seq_len = seq_len
+
+
+class StopRequested(Exception):
+    """A rank was asked to stop (cancel): every rank stops before the same step, none half-way through."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,38 @@ def make_optimizer(
     return optimizer, scheduler
 
 
+class _Unrolled(nn.Module):
+    """The TTT unroll and its objective as one module: DDP then sees every trainable weight used inside
+    its forward (the objective reads lm_head), and its gradient hooks all-reduce them during backward."""
+
+    def __init__(
+        self, drafter: Eagle3Drafter, ttt_steps: int, step_weights: list[float], attention: AttentionBackend
+    ) -> None:
+        super().__init__()
+        self.drafter = drafter
+        self.ttt_steps, self.step_weights, self.attention = ttt_steps, step_weights, attention
+
+    def forward(
+        self,
+        drafter_ids: torch.Tensor,
+        aux: torch.Tensor,
+        probs: torch.Tensor,
+        argmax: torch.Tensor,
+        in_draft: torch.Tensor,
+        loss_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.drafter(drafter_ids, aux, self.ttt_steps, self.attention)
+        targets = Targets(probs, argmax, in_draft, loss_mask)
+        loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
+        return loss, stats.stacked()
+
+
 class Trainer:
+    """Optimizer steps on one rank. With several ranks (torchrun) the drafter trains under DDP: each rank
+    takes its own batches, gradients are averaged during backward, and every step starts with one small
+    all-reduce so that all ranks agree on the loss, a stop request and an out-of-memory before anyone
+    runs backward (a rank that left alone would hang the others in the next collective)."""
+
     def __init__(
         self,
         drafter: Eagle3Drafter,
@@ -89,52 +127,91 @@ class Trainer:
         attention: AttentionBackend,
         compute_dtype: torch.dtype,
         device: torch.device,
+        ranks: Ranks | None = None,
     ) -> None:
         self.drafter, self.head = drafter, head
         self.optimizer, self.scheduler, self.settings = optimizer, scheduler, settings
-        self.ttt_steps, self.attention, self.device = ttt_steps, attention, device
+        self.ttt_steps, self.device = ttt_steps, device
+        self.ranks = ranks or Ranks()
         self.step_weights = [step_decay**k for k in range(ttt_steps)]
         self.autocast = compute_dtype != torch.float32
         self.compute_dtype = compute_dtype
         self.draft_ids = drafter.draft_to_target(torch.arange(drafter.d2t.numel(), device=device))
         self.in_draft_vocab = drafter.t2d
+        self.unrolled = _Unrolled(drafter, ttt_steps, self.step_weights, attention)
+        self.trained: nn.Module = self.unrolled
+        if self.ranks.distributed:
+            self.trained = DistributedDataParallel(
+                self.unrolled,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                forward_sync_buffers=False,  # d2t is the same on every rank and never changes
+                gradient_as_bucket_view=True,
+            )
 
-    def _objective(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _objective(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         aux = batch.hidden[:, :, :3].flatten(2)
         probs, argmax = self.head.distribution(batch.hidden[:, :, 3], self.draft_ids)
-        targets = Targets(probs, argmax, self.in_draft_vocab[argmax], batch.loss_mask)
         drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
         with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
-            outputs = self.drafter(drafter_ids, aux, self.ttt_steps, self.attention)
-            loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
-        return loss, stats.stacked()
+            loss, stats = model(drafter_ids, aux, probs, argmax, self.in_draft_vocab[argmax], batch.loss_mask)
+        return loss, stats
 
-    def step(self, batch: Batch, global_step: int) -> tuple[float, float, torch.Tensor]:
-        """One optimizer step: (loss, grad norm before clipping, step stats [5, K])."""
+    def step(
+        self, batch: Batch, global_step: int, *, stop_requested: bool = False
+    ) -> tuple[float, float, torch.Tensor]:
+        """One optimizer step: (loss averaged over ranks, grad norm before clipping, this rank's step stats
+        [5, K]). Raises StopRequested, NonFiniteLoss or StepOutOfMemory on every rank alike."""
+        if stop_requested and not self.ranks.distributed:
+            raise StopRequested()
         self.drafter.train()
+        out_of_memory = False
+        loss = stats = None
         try:
-            loss, stats = self._objective(batch)
-            value = float(
-                loss.detach()
-            )  # the one sync per step: needed to stop before a NaN reaches the weights
-            if not math.isfinite(value):
-                raise NonFiniteLoss(global_step, value)
-            loss.backward()
+            loss, stats = self._objective(self.trained, batch)
         except torch.OutOfMemoryError:
+            out_of_memory = True
+        local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
+        # The one sync per step: it stops a NaN before it reaches the weights, and lets the ranks agree.
+        verdict = sum_across(
+            self.ranks, torch.stack([local, _flag(stop_requested, local), _flag(out_of_memory, local)])
+        ).tolist()
+        if verdict[2] > 0:
+            raise self._out_of_memory(batch, out_of_memory)
+        if verdict[1] > 0:
+            raise StopRequested()
+        value = verdict[0] / self.ranks.world
+        if not math.isfinite(value):
+            raise NonFiniteLoss(global_step, value)
+        assert loss is not None
+        assert stats is not None
+        try:
+            loss.backward()
+            params = [p for p in self.drafter.parameters() if p.grad is not None]
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.settings.grad_clip)
+            self.optimizer.step()
+        except torch.OutOfMemoryError:
+            # Past the agreement point: this rank fails alone; torchrun then ends the others.
             raise StepOutOfMemory(*batch.input_ids.shape) from None
-        params = [p for p in self.drafter.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.settings.grad_clip)
-        self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return value, float(grad_norm), stats
 
+    def _out_of_memory(self, batch: Batch, here: bool) -> StepOutOfMemory:
+        """The failing batch's shape on every rank (the largest, when several ranks ran out)."""
+        shape = torch.tensor(batch.input_ids.shape if here else (0, 0), device=self.device)
+        batch_size, seq_len = max_across(self.ranks, shape).tolist()
+        return StepOutOfMemory(int(batch_size), int(seq_len))
+
     @torch.no_grad()
-    def evaluate(self, batches: Iterable[Batch]) -> torch.Tensor | None:
-        """Summed step stats over the batches (None when there are none)."""
+    def evaluate(self, batches: Iterable[Batch]) -> torch.Tensor:
+        """Step stats summed over this rank's batches and then over all ranks ([5, K], zeros if none)."""
         self.drafter.eval()
-        total: torch.Tensor | None = None
+        total = torch.zeros(5, self.ttt_steps, device=self.device)
         for batch in batches:
-            _, stats = self._objective(batch.to(self.device))
-            total = stats if total is None else total + stats
-        return total
+            _, stats = self._objective(self.unrolled, batch.to(self.device))
+            total += stats
+        return sum_across(self.ranks, total)
+
+
+def _flag(value: bool, like: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(like) if value else torch.zeros_like(like)

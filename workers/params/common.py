@@ -57,6 +57,10 @@ class StageParams(BaseModel):
         """How many GPUs the job leases when the request does not say (a server: its tensor-parallel size)."""
         return 1 if self.needs_gpus() else 0
 
+    def gpus_conflict(self, gpus: int) -> str | None:
+        """Why a request for `gpus` GPUs contradicts these params (None when it does not)."""
+        return None
+
 
 def _is_host_path(annotation: object, metadata: list[object]) -> bool:
     validators = [m for m in metadata if isinstance(m, AfterValidator)]

@@ -20,7 +20,11 @@ class TrainParams(StageParams):
     ttt_steps: int = Field(7, ge=1, le=16, description="training-time-test unroll length")
     step_decay: float = Field(0.8, gt=0, le=1, description="loss weight of TTT step k is step_decay**k")
     batch_size: int = Field(
-        1, ge=1, le=4096, description="samples per optimizer step (padded to the longest)"
+        1,
+        ge=1,
+        le=4096,
+        description="samples per rank per optimizer step (padded to the longest); the global batch is "
+        "batch_size x ranks",
     )
     max_len: int = Field(2048, ge=8, le=262_144, description="samples are cut to this many tokens")
     lr: float = Field(1e-4, gt=0, le=1)
@@ -35,7 +39,16 @@ class TrainParams(StageParams):
     )
     val_fraction: float = Field(0.05, ge=0, le=0.5, description="samples held out for validation")
     resume: bool = Field(True, description="continue the run saved in output; false refuses a used output")
-    device: Literal["cuda", "cpu"] = Field("cuda", description="cuda trains on the job's first leased GPU")
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cuda trains on the job's leased GPUs, one data-parallel rank per GPU"
+    )
+    ranks: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="data-parallel processes (torchrun + DDP). cuda: one per GPU, default all the job's GPUs "
+        "(leases this many when the request names no gpus). cpu: gloo processes, default 1",
+    )
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="compute dtype (autocast); master weights stay float32"
     )
@@ -49,3 +62,13 @@ class TrainParams(StageParams):
 
     def needs_gpus(self) -> bool:
         return self.device == "cuda"
+
+    def gpus_needed(self) -> int:
+        return (self.ranks or 1) if self.device == "cuda" else 0
+
+    def gpus_conflict(self, gpus: int) -> str | None:
+        if self.device == "cuda" and self.ranks is not None and gpus != self.ranks:
+            return (
+                f"ranks is {self.ranks} but the job asks for {gpus} GPU(s): on cuda a rank trains on one GPU"
+            )
+        return None

@@ -109,6 +109,9 @@ class StageContext:
         if self.cancel.is_set():
             raise StageCancelled()
 
+    def cancel_requested(self) -> bool:
+        return self.cancel.is_set()
+
     def check_path(self, path: str | Path) -> Path:
         """Resolve a path and refuse it unless it lies under an allowed root (symlinks resolved)."""
         resolved = Path(path).resolve()

@@ -1,4 +1,9 @@
-"""train: an EAGLE-3 drafter from an extraction, with eyas's own TTT trainer (SGLang-native output)."""
+"""train: an EAGLE-3 drafter from an extraction, with eyas's own TTT trainer (SGLang-native output).
+
+With several GPUs (or `ranks` on CPU) the stage runs itself as torchrun ranks (workers/stages/_torchrun.py)
+and each rank trains under DDP on its share of the batches; rank 0 alone reports, saves checkpoints and the
+training state.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from typing import Any
 
 import torch
 
+from workers.ml import distributed
+from workers.ml.distributed import Ranks
 from workers.ml.drafter import Eagle3Drafter, save_drafter
 from workers.ml.target_head import TargetHead, TargetWeightsError, load_target_head
 from workers.ml.train_data import (
@@ -21,10 +28,18 @@ from workers.ml.train_data import (
 )
 from workers.ml.train_loop import LoopPlan, run_training
 from workers.ml.train_state import STATE_FILE, RunPosition, load_state, restore, save_state
-from workers.ml.trainer import NonFiniteLoss, OptimSettings, StepOutOfMemory, Trainer, make_optimizer
+from workers.ml.trainer import (
+    NonFiniteLoss,
+    OptimSettings,
+    StepOutOfMemory,
+    StopRequested,
+    Trainer,
+    make_optimizer,
+)
 from workers.ml.vocab import d2t_offsets, draft_token_ids
 from workers.params.train import TrainParams
-from workers.stages.base import StageContext, StageError, TerminationReason
+from workers.stages._torchrun import run_ranks
+from workers.stages.base import StageCancelled, StageContext, StageError, TerminationReason
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 RUN_FILE = "run.json"
@@ -49,12 +64,58 @@ class _Inputs:
     dtype: torch.dtype
 
 
+class _QuietReporter:
+    """What ranks other than 0 report: nothing, but they still hear a cancel."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self._ctx = ctx
+
+    def log(self, text: str, *, stream: str = "stdout") -> None:
+        pass
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        pass
+
+    def metric(self, name: str, value: float, step: int) -> None:
+        pass
+
+    def cancel_requested(self) -> bool:
+        return self._ctx.cancel_requested()
+
+
 def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
-    inputs = _resolve(ctx, params)
+    world = _world_size(ctx, params)
+    if world > 1 and not distributed.launched_by_torchrun():
+        return run_ranks(ctx, "train", params, world)
+    # A rank stays in the group after returning: stage_main leaves it once the result is sent (the result
+    # is tagged with the rank the group gives).
+    ranks = distributed.join(params.device)
+    try:
+        return _train(ctx, params, ranks)
+    except StopRequested:
+        raise StageCancelled() from None
+
+
+def _world_size(ctx: StageContext, params: TrainParams) -> int:
+    """Ranks to train with: one per leased GPU on cuda, `ranks` gloo processes on cpu."""
+    if params.device == "cpu":
+        return params.ranks or 1
+    if params.ranks is not None and ctx.gpus and params.ranks != len(ctx.gpus):
+        raise StageError(
+            f"ranks is {params.ranks} but the job holds {len(ctx.gpus)} GPU(s): on cuda each rank trains on "
+            "one GPU"
+        )
+    return len(ctx.gpus) or 1
+
+
+def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
+    report: StageContext | _QuietReporter = ctx if ranks.is_main else _QuietReporter(ctx)
+    inputs = _resolve(ctx, params, ranks)
     extraction, head = _open_inputs(inputs)
     fingerprint = {
         "extraction": extraction.manifest["fingerprint"],
         **{name: getattr(params, name) for name in _RUN_DEFINING},
+        "ranks": ranks.world,
     }
     state = _previous_run(params, inputs.output, fingerprint)
     drafter = _build_drafter(params, inputs, extraction, head, state)
@@ -63,7 +124,7 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
         raise StageError(
             "no training samples left after the validation split", reason=TerminationReason.DATA_MISMATCH
         )
-    plan = _loop_plan(params, inputs, extraction, train_rows, val_rows)
+    plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks)
     settings = OptimSettings(
         lr=params.lr,
         warmup_steps=params.warmup_steps
@@ -79,7 +140,7 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
         restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
     )
     if state:
-        ctx.log(f"resuming at epoch {position.epoch + 1}, step {position.global_step}")
+        report.log(f"resuming at epoch {position.epoch + 1}, step {position.global_step}")
     trainer = Trainer(
         drafter,
         head.to(inputs.device, inputs.dtype),
@@ -91,9 +152,12 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
         attention=params.attention,
         compute_dtype=inputs.dtype,
         device=inputs.device,
+        ranks=ranks,
     )
 
     def save_position(at: RunPosition) -> None:
+        if not ranks.is_main:
+            return
         save_state(
             inputs.output,
             drafter=drafter,
@@ -105,13 +169,15 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
 
     def save_epoch(epoch: int, summary: dict[str, float]) -> Path:
         folder = inputs.output / f"epoch_{epoch + 1}"
+        if not ranks.is_main:
+            return folder
         save_drafter(drafter, folder, target_config=inputs.target_config)
         ctx.artifact("drafter", folder, {"epoch": epoch + 1, "global_step": position.global_step, **summary})
         _record_epoch(inputs.output, params, summary)
         return folder
 
     try:
-        run_training(trainer, plan, position, ctx, save_state=save_position, save_epoch=save_epoch)
+        run_training(trainer, plan, position, report, save_state=save_position, save_epoch=save_epoch)
     except NonFiniteLoss as exc:
         raise StageError(
             f"{exc}: lower lr, or check the extraction for non-finite states",
@@ -124,10 +190,12 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
             reason=TerminationReason.OUT_OF_MEMORY,
             details={"batch_size": exc.batch_size, "seq_len": exc.seq_len},
         ) from None
+    if not ranks.is_main:
+        return {"rank": ranks.rank}
     return _result(ctx, inputs.output, position, params, drafter)
 
 
-def _resolve(ctx: StageContext, params: TrainParams) -> _Inputs:
+def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
     target = ctx.check_path(params.target)
     config_path = target / "config.json"
     if not config_path.exists():
@@ -141,7 +209,7 @@ def _resolve(ctx: StageContext, params: TrainParams) -> _Inputs:
         target=target,
         output=output,
         target_config=json.loads(config_path.read_text()),
-        device=torch.device("cuda", 0) if params.device == "cuda" else torch.device("cpu"),
+        device=torch.device("cuda", ranks.local_rank) if params.device == "cuda" else torch.device("cpu"),
         dtype=DTYPES[params.dtype],
     )
 
@@ -212,11 +280,28 @@ def _build_drafter(
 
 
 def _loop_plan(
-    params: TrainParams, inputs: _Inputs, extraction: Extraction, train_rows: list[int], val_rows: list[int]
+    params: TrainParams,
+    inputs: _Inputs,
+    extraction: Extraction,
+    train_rows: list[int],
+    val_rows: list[int],
+    ranks: Ranks,
 ) -> LoopPlan:
     batches = epoch_batches(
-        train_rows, extraction.seq_lens, batch_size=params.batch_size, epoch=0, seed=params.seed
+        train_rows,
+        extraction.seq_lens,
+        batch_size=params.batch_size,
+        epoch=0,
+        seed=params.seed,
+        rank=ranks.rank,
+        world=ranks.world,
     )
+    if not batches:
+        raise StageError(
+            f"{len(train_rows)} training samples make no full batch of {params.batch_size} for each of "
+            f"{ranks.world} ranks",
+            reason=TerminationReason.DATA_MISMATCH,
+        )
     return LoopPlan(
         dataset=HiddenStateDataset(extraction, params.max_len),
         train_rows=train_rows,

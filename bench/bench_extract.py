@@ -6,12 +6,16 @@ Default shape: a ~1.5B random-init Llama (hidden 2048, 16 layers, intermediate 8
 * bare forward: the decoder stack alone, no capture, nothing copied back;
 * disk: sequential write bandwidth of the output folder (threads writing large files, then a sync);
 * extract: the real engine (`extract_batches`: capture hooks, pinned side-stream copy, `AsyncWriter`
-  threads), including the final sync, so the bytes are on disk when the clock stops.
+  threads), including the final sync, so the bytes are on disk when the clock stops. One run per
+  `--variants` entry, `durable:N` (N writer threads, each file flushed before its rename: the stage's
+  default) or `end:N` (no per-file flush; everything reaches the disk in the final sync). An untimed
+  warm-up pass first fills torch's pinned host-memory cache, so no variant pays for it and the figures
+  describe a long run's steady state.
 
 The physical limit is min(bare forward, disk bandwidth / bytes per token); `fraction_of_limit` is what the
 engine reaches of it.
 
-    python bench/bench_extract.py [--dir /path/on/the/output/disk] [--batches 12]   # GPU
+    python bench/bench_extract.py [--dir /path/on/the/output/disk] [--batches 48] [--variants durable:4,end:4]
     python bench/bench_extract.py --small                                            # CPU, under a minute
 """
 
@@ -90,17 +94,27 @@ def disk_bandwidth(folder: Path, total_bytes: int, threads: int) -> float:
     return files * len(block) / elapsed
 
 
-def engine(model: torch.nn.Module, args: argparse.Namespace, folder: Path, device: torch.device) -> float:
+def engine(
+    model: torch.nn.Module,
+    args: argparse.Namespace,
+    folder: Path,
+    device: torch.device,
+    *,
+    batches_count: int,
+    writers: int,
+    durable: bool,
+) -> float:
     layers = model.config.num_hidden_layers
     indices = extraction_indices([2, layers // 2, layers - 3], layers)
     vocab = model.config.vocab_size
     samples = [
         PendingSample(i, torch.randint(0, vocab, (args.seq,)).tolist())
-        for i in range(args.batch * args.batches)
+        for i in range(args.batch * batches_count)
     ]
     batches = [samples[i : i + args.batch] for i in range(0, len(samples), args.batch)]
     (folder / HIDDEN_DIR).mkdir(parents=True, exist_ok=True)
-    writer = AsyncWriter(folder, threads=args.writers, depth=args.depth)
+    os.sync()  # start from a clean page cache: the previous run's dirty pages are not this run's cost
+    writer = AsyncWriter(folder, threads=writers, depth=args.depth, durable=durable)
     started = time.perf_counter()
     extract_batches(
         model,
@@ -125,8 +139,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--writers", type=int, default=4, help="threads of the disk bandwidth test")
     parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--variants", default="durable:4,end:4", help="engine runs: durable:N or end:N")
     args = parser.parse_args()
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -142,21 +157,31 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="eyas-bench-", dir=args.dir))
     forward = bare_forward(model, ids, args.batches)
     disk = disk_bandwidth(work / "disk", per_token * args.batch * args.seq * args.batches, args.writers)
-    extract = engine(model, args, work / "extract", device)
     limit = min(forward, disk / per_token)
+    warm = args.depth + args.writers + 2
+    engine(model, args, work / "warm", device, batches_count=warm, writers=args.writers, durable=False)
+    runs = []
+    for variant in args.variants.split(","):
+        mode, threads = variant.split(":")
+        rate = engine(
+            model, args, work / "extract", device,
+            batches_count=args.batches, writers=int(threads), durable=mode == "durable",
+        )  # fmt: skip
+        runs.append(
+            {"variant": variant, "extract_tok_s": round(rate), "fraction_of_limit": round(rate / limit, 3)}
+        )
     work.rmdir()
     print(json.dumps({
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "params_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 2),
-        "batch": args.batch, "seq": args.seq, "batches": args.batches, "writers": args.writers,
+        "batch": args.batch, "seq": args.seq, "batches": args.batches, "depth": args.depth,
         "bytes_per_token": per_token,
         "bare_forward_tok_s": round(forward),
         "disk_write_gb_s": round(disk / 1e9, 3),
         "disk_limit_tok_s": round(disk / per_token),
-        "extract_tok_s": round(extract),
         "limit_tok_s": round(limit),
-        "fraction_of_limit": round(extract / limit, 3),
         "bound_by": "disk" if disk / per_token < forward else "forward",
+        "runs": runs,
     }))  # fmt: skip
 
 

@@ -4,6 +4,12 @@ The extraction loop hands over each batch as a host tensor plus a CUDA event tha
 device-to-host copy has landed; writer threads wait on that event, then stream one safetensors file per
 sample. The queue is bounded: when the disk is the bottleneck, `submit` blocks, which caps the pinned host
 memory in flight at about `depth + threads` batches instead of letting it grow without limit.
+
+With `durable`, each thread flushes its file to the disk (fdatasync) before renaming it into place. On a
+host with much memory this is also what keeps the disk busy during the run: otherwise the page cache takes
+gigabytes of dirty data without writing any back, and the whole write happens in the final sync, after the
+GPU is done (measured on the H200 host: docs/benchmarks.md). And a crash can never leave a file that has
+its final name and size but not its data, which resume would take for complete.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ _STOP = None
 
 
 class AsyncWriter:
-    def __init__(self, output: Path, *, threads: int, depth: int) -> None:
+    def __init__(self, output: Path, *, threads: int, depth: int, durable: bool = True) -> None:
         self._output = Path(output)
+        self._durable = durable
         self._pending: queue.Queue[HostBatch | None] = queue.Queue(maxsize=depth)
         self._completed: queue.SimpleQueue[Written] = queue.SimpleQueue()
         self._error: BaseException | None = None
@@ -92,5 +99,6 @@ class AsyncWriter:
             size = write_safetensors(
                 hidden_path(self._output, index),
                 {"hidden_states": batch.states[row, :seq_len], "token_ids": token_ids},
+                durable=self._durable,
             )
             self._completed.put(Written(index, seq_len, size))

@@ -39,11 +39,12 @@ def bytes_per_token(hidden_size: int, dtype: torch.dtype) -> int:
     return STATES_PER_TOKEN * hidden_size * dtype.itemsize + 8
 
 
-def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> int:
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], *, durable: bool = False) -> int:
     """Write a safetensors file straight from tensor memory (no serialised copy), atomically; returns bytes.
 
     The format is an 8-byte little-endian header length, a JSON header padded to 8 bytes, then raw data.
     Writing it here lets several threads stream large tensors to disk without holding the GIL on a copy.
+    `durable` flushes the data to the disk before the file is renamed into place.
     """
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
@@ -63,6 +64,9 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> int:
         handle.write(encoded)
         for tensor in tensors.values():
             handle.write(tensor.contiguous().view(torch.uint8).numpy().data)
+        if durable:
+            handle.flush()
+            os.fdatasync(handle.fileno())
     os.replace(tmp, path)
     return 8 + len(encoded) + offset
 

@@ -7,10 +7,11 @@ compares each with the target. Master weights stay float32; on a GPU the passes 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -144,8 +145,8 @@ class Trainer:
             self.trained = DistributedDataParallel(
                 self.unrolled,
                 device_ids=[device.index] if device.type == "cuda" else None,
-                forward_sync_buffers=False,  # d2t is the same on every rank and never changes
                 gradient_as_bucket_view=True,
+                **_NO_BUFFER_SYNC,
             )
 
     def _objective(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,6 +212,15 @@ class Trainer:
             _, stats = self._objective(self.unrolled, batch.to(self.device))
             total += stats
         return sum_across(self.ranks, total)
+
+
+# d2t is the same on every rank and never changes: no buffer broadcast before each forward. torch 2.13
+# renamed the switch (and warns on the old name); GPU hosts may run an older torch.
+_NO_BUFFER_SYNC: dict[str, Any] = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def _flag(value: bool, like: torch.Tensor) -> torch.Tensor:

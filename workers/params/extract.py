@@ -35,6 +35,11 @@ class ExtractParams(StageParams):
     limit: int | None = Field(None, ge=1, description="stop after this many usable samples")
     writer_threads: int = Field(4, ge=1, le=64, description="threads writing safetensors files")
     queue_depth: int = Field(4, ge=1, le=64, description="batches waiting for the writers at most")
+    durable_writes: bool = Field(
+        True,
+        description="flush each file to the disk before renaming it into place: crash-safe resume, and the "
+        "disk writes while the GPU computes instead of all at the final sync",
+    )
     disk_margin: float = Field(0.02, ge=0, le=1, description="extra free space required, as a fraction")
     disk_free_override_bytes: int | None = Field(
         None,

@@ -231,7 +231,12 @@ def _extract(
 ) -> None:
     ctx.log(f"loading the target {inputs.target} ({params.dtype}, {device})")
     model = load_target_model(inputs.target, dtype=inputs.dtype, device=device)
-    writer = AsyncWriter(inputs.output, threads=params.writer_threads, depth=params.queue_depth)
+    writer = AsyncWriter(
+        inputs.output,
+        threads=params.writer_threads,
+        depth=params.queue_depth,
+        durable=params.durable_writes,
+    )
     try:
         extract_batches(
             model,

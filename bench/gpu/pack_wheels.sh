@@ -11,5 +11,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform any -d "$out" \
   celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 click-didyoumean click-plugins \
   click-repl prompt-toolkit wcwidth tzlocal sqlalchemy==2.1.9 greenlet alembic==1.20.1 mako \
-  pydantic-settings==2.16.3 python-dotenv datasets==5.1.0 multiprocess redis==8.1.0 2>&1 | grep -v "is ignored" || true
+  pydantic-settings==2.16.3 python-dotenv datasets==5.1.0 multiprocess dill==0.4.1 redis==8.1.0 2>&1 | grep -v "is ignored" || true
 du -sh "$out"

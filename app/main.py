@@ -13,7 +13,7 @@ from app.core.db import dispose_engines
 from app.core.errors import install_error_handlers
 from app.core.limits import BodySizeLimit
 from app.core.openapi import install_openapi
-from app.core.security import FailureLimiter
+from app.core.security import FailureLimiter, PrincipalCache
 from app.jobs.maintenance import MaintenanceLoop
 
 
@@ -38,6 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.auth_limiter = FailureLimiter(settings.auth_failures_per_minute)
+    app.state.principal_cache = PrincipalCache(settings.auth_cache_s)
     install_error_handlers(app)
     install_openapi(app)
     include_routers(app)

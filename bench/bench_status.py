@@ -1,5 +1,6 @@
-"""Status reads: GET /v1/jobs/{id} at 32 concurrent clients against PostgreSQL, beside a bare FastAPI
-endpoint returning constant JSON on the same uvicorn settings, in the same run. Prints JSON.
+"""Status reads: GET /v1/jobs/{id} at 32 concurrent clients against PostgreSQL, with the default settings
+and again with the principal cache off (EYAS_AUTH_CACHE_S=0: the token row read on every request), beside a
+bare FastAPI endpoint returning constant JSON on the same uvicorn settings, in the same run. Prints JSON.
 
     .venv/bin/python bench/bench_status.py [--seconds 10] [--clients 32]
 """
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import httpx
 from _harness import bare_endpoint, database, eyas, make_settings, summary_ms
+
+from app.core.config import Settings
 
 
 async def load(url: str, headers: dict[str, str], clients: int, seconds: float) -> dict[str, float]:
@@ -39,36 +42,37 @@ async def load(url: str, headers: dict[str, str], clients: int, seconds: float) 
     return {"requests_per_s": round(len(latencies) / elapsed, 1), "errors": errors, **summary_ms(latencies)}
 
 
+def eyas_reads(settings: Settings, folder: Path, args: argparse.Namespace) -> dict[str, float]:
+    with eyas(settings, folder) as running:
+        job = httpx.post(
+            f"{running.url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=running.headers
+        )
+        if job.status_code != 201:
+            raise SystemExit(job.text)
+        job_url = f"{running.url}/v1/jobs/{job.json()['id']}"
+        return asyncio.run(load(job_url, running.headers, args.clients, args.seconds))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=32)
     args = parser.parse_args()
+    out: dict[str, object] = {"benchmark": "status_reads", "clients": args.clients, "seconds": args.seconds}
     with tempfile.TemporaryDirectory() as tmp, database() as db_url:
         settings = make_settings(db_url, Path(tmp) / "data")
-        with eyas(settings, Path(tmp)) as running:
-            job = httpx.post(
-                f"{running.url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=running.headers
-            )
-            if job.status_code != 201:
-                raise SystemExit(job.text)
-            job_url = f"{running.url}/v1/jobs/{job.json()['id']}"
-            eyas_reads = asyncio.run(load(job_url, running.headers, args.clients, args.seconds))
+        cached = eyas_reads(settings, Path(tmp), args)
+        uncached = eyas_reads(settings.model_copy(update={"auth_cache_s": 0.0}), Path(tmp), args)
         with bare_endpoint(settings, Path(tmp)) as bare_url:
             bare = asyncio.run(load(bare_url, {}, args.clients, args.seconds))
-    print(
-        json.dumps(
-            {
-                "benchmark": "status_reads",
-                "clients": args.clients,
-                "seconds": args.seconds,
-                "eyas_get_job": eyas_reads,
-                "bare_fastapi": bare,
-                "throughput_ratio": round(eyas_reads["requests_per_s"] / bare["requests_per_s"], 3),
-            },
-            indent=2,
-        )
-    )
+    out |= {
+        "eyas_get_job": {"auth_cache_s": settings.auth_cache_s, **cached},
+        "eyas_get_job_auth_cache_off": uncached,
+        "bare_fastapi": bare,
+        "throughput_ratio": round(cached["requests_per_s"] / bare["requests_per_s"], 3),
+        "throughput_ratio_auth_cache_off": round(uncached["requests_per_s"] / bare["requests_per_s"], 3),
+    }
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -80,6 +80,14 @@ class Settings(BaseSettings):
         64 * 1024 * 1024, gt=0, description="worker-side log buffer before dropping"
     )
     auth_failures_per_minute: int = Field(30, gt=0, description="failed authentications allowed per client")
+    auth_cache_s: float = Field(
+        5.0,
+        ge=0,
+        le=60,
+        description="an API process reuses a token's principal this long without reading its row (0: never); "
+        "a token revoked through another API process may keep working here that long, the revoking "
+        "process forgets it at once",
+    )
 
     api_maintenance: bool = Field(True, description="run the reaper/reconciler inside the API process too")
 

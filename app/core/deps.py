@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.core.errors import AppError, ErrorCode
-from app.core.security import FailureLimiter, Principal, Scope
+from app.core.security import FailureLimiter, Principal, PrincipalCache, Scope
 from app.tokens import service as tokens
 
 
@@ -37,7 +37,8 @@ def require(scope: Scope) -> Callable[..., Principal]:
         if limiter.blocked(client):
             raise AppError(ErrorCode.RATE_LIMITED, "too many failed authentications; wait a minute")
         secret = _bearer(request)
-        principal = tokens.authenticate(session, secret) if secret else None
+        cache: PrincipalCache = request.app.state.principal_cache
+        principal = tokens.authenticate(session, secret, cache=cache) if secret else None
         if principal is None:
             limiter.record_failure(client)
             detail = "missing bearer token" if secret is None else "invalid or revoked token"

@@ -7,6 +7,7 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -65,3 +66,48 @@ class FailureLimiter:
         while window and window[0] < cutoff:
             window.popleft()
         return window
+
+
+class PrincipalCache:
+    """Principals of recently authenticated tokens by token hash, kept ttl_s seconds (in-process, per API
+    replica), so a status poll does not read its token row on every request. ttl_s 0 disables it.
+
+    The trade-off: a token revoked through another API process keeps working here for up to ttl_s. The
+    process that revokes calls clear() once the revocation commits; a lookup that read the row before then
+    is not stored (the generation moved on), so revocation there is immediate.
+    """
+
+    _PRUNE_ABOVE = 1024
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, Principal]] = {}
+        self._generation = 0
+        self._lock = threading.Lock()
+
+    def resolve(self, token_hash: str, load: Callable[[], Principal | None]) -> Principal | None:
+        """The cached principal, or load()'s (stored when it is one; refusals are never cached)."""
+        if self.ttl_s <= 0:
+            return load()
+        now = time.monotonic()
+        with self._lock:
+            entry = self._entries.get(token_hash)
+            if entry is not None and entry[0] > now:
+                return entry[1]
+            generation = self._generation
+        principal = load()
+        if principal is not None:
+            with self._lock:
+                if generation == self._generation:
+                    self._prune(now)
+                    self._entries[token_hash] = (now + self.ttl_s, principal)
+        return principal
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._generation += 1
+
+    def _prune(self, now: float) -> None:
+        if len(self._entries) > self._PRUNE_ABOVE:
+            self._entries = {k: v for k, v in self._entries.items() if v[0] > now}

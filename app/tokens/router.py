@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, status
 
 from app.core.deps import AdminPrincipal, SessionDep
 from app.tokens import service
@@ -27,6 +27,7 @@ def list_tokens(session: SessionDep, _: AdminPrincipal) -> list[TokenRead]:
 
 
 @router.post("/{token_id}/revoke", response_model=TokenRead)
-def revoke_token(token_id: uuid.UUID, session: SessionDep, _: AdminPrincipal) -> TokenRead:
-    """Revoke a token; it stops working at once."""
-    return TokenRead.model_validate(service.revoke_token(session, token_id=token_id))
+def revoke_token(token_id: uuid.UUID, request: Request, session: SessionDep, _: AdminPrincipal) -> TokenRead:
+    """Revoke a token: it stops working at once on this API process, within EYAS_AUTH_CACHE_S on others."""
+    cache = request.app.state.principal_cache
+    return TokenRead.model_validate(service.revoke_token(session, token_id=token_id, cache=cache))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.core.errors import AppError, ErrorCode
-from app.core.security import Principal, Scope, hash_token, new_token_secret
+from app.core.security import Principal, PrincipalCache, Scope, hash_token, new_token_secret
 from app.models.base import utcnow
 from app.models.token import ApiToken
 from app.tokens import repository
@@ -33,8 +34,17 @@ def create_token(session: Session, *, name: str, scopes: list[Scope]) -> tuple[A
     return token, secret
 
 
-def authenticate(session: Session, secret: str) -> Principal | None:
-    token = repository.by_hash(session, hash_token(secret))
+def authenticate(session: Session, secret: str, *, cache: PrincipalCache | None = None) -> Principal | None:
+    """The token's principal, or None when it is unknown or revoked; with a cache, its row is read once per
+    cache period rather than on every request."""
+    token_hash = hash_token(secret)
+    if cache is None:
+        return _load_principal(session, token_hash)
+    return cache.resolve(token_hash, lambda: _load_principal(session, token_hash))
+
+
+def _load_principal(session: Session, token_hash: str) -> Principal | None:
+    token = repository.by_hash(session, token_hash)
     if token is None or token.revoked_at is not None:
         return None
     now = utcnow()
@@ -47,10 +57,14 @@ def list_tokens(session: Session) -> list[ApiToken]:
     return repository.all_tokens(session)
 
 
-def revoke_token(session: Session, *, token_id: uuid.UUID) -> ApiToken:
+def revoke_token(session: Session, *, token_id: uuid.UUID, cache: PrincipalCache | None = None) -> ApiToken:
+    """Revoke a token; this process's cache forgets every principal once the revocation commits."""
     token = repository.get(session, token_id)
     if token is None:
         raise AppError(ErrorCode.NOT_FOUND, f"no token {token_id}")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
+    if cache is not None:
+        # Cleared after the commit, not now: a request reading the row before the commit would cache it again.
+        event.listen(session, "after_commit", lambda _session: cache.clear(), once=True)
     return token

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -138,17 +139,43 @@ def test_tokens_are_stored_only_as_hashes(client: TestClient, admin: Headers, se
     assert all("token" not in t and "token_hash" not in t for t in listed)
 
 
-def test_a_revoked_token_stops_working_at_once_on_every_replica(settings: Settings, admin: Headers) -> None:
-    with TestClient(create_app(settings)) as first, TestClient(create_app(settings)) as second:
-        created = first.post("/v1/tokens", json={"name": "doomed", "scopes": ["read"]}, headers=admin).json()
-        doomed = {"Authorization": f"Bearer {created['token']}"}
-        assert first.get("/v1/jobs", headers=doomed).status_code == 200
-        assert second.get("/v1/jobs", headers=doomed).status_code == 200
+def test_a_revoked_token_stops_at_once_on_every_replica_without_the_principal_cache(
+    settings: Settings, admin: Headers
+) -> None:
+    uncached = settings.model_copy(update={"auth_cache_s": 0})
+    with TestClient(create_app(uncached)) as first, TestClient(create_app(uncached)) as second:
+        created, doomed = used_on_both(first, second, admin)
         assert first.post(f"/v1/tokens/{created['id']}/revoke", headers=admin).json()["revoked_at"]
         for replica in (first, second):
             response = replica.get("/v1/jobs", headers=doomed)
             assert response.status_code == 401
             assert response.json()["code"] == "UNAUTHENTICATED"
+
+
+def test_with_the_cache_a_revocation_is_immediate_where_made_and_bounded_elsewhere(
+    settings: Settings, admin: Headers
+) -> None:
+    cached = settings.model_copy(update={"auth_cache_s": 0.5})
+    with TestClient(create_app(cached)) as first, TestClient(create_app(cached)) as second:
+        created, doomed = used_on_both(first, second, admin)
+        assert first.post(f"/v1/tokens/{created['id']}/revoke", headers=admin).json()["revoked_at"]
+        revoked = time.monotonic()
+        assert first.get("/v1/jobs", headers=doomed).status_code == 401
+        while second.get("/v1/jobs", headers=doomed).status_code == 200:
+            assert time.monotonic() - revoked < cached.auth_cache_s + 0.5, (
+                "still accepted past the cache period"
+            )
+            time.sleep(0.05)
+        assert second.get("/v1/jobs", headers=doomed).status_code == 401
+
+
+def used_on_both(first: TestClient, second: TestClient, admin: Headers) -> tuple[dict[str, Any], Headers]:
+    """A new read token, used once on each replica (so each has it cached when caching is on)."""
+    created = first.post("/v1/tokens", json={"name": "doomed", "scopes": ["read"]}, headers=admin).json()
+    doomed = {"Authorization": f"Bearer {created['token']}"}
+    assert first.get("/v1/jobs", headers=doomed).status_code == 200
+    assert second.get("/v1/jobs", headers=doomed).status_code == 200
+    return created, doomed
 
 
 def test_failed_authentications_are_rate_limited_per_client(settings: Settings, admin: Headers) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,7 @@ import torch.distributed as dist
 # state between steps, so the others may wait for a large save on a slow filesystem; a peer that dies is
 # noticed by torchrun at once and does not depend on this.
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,16 @@ def join(device_type: str) -> Ranks:
 def leave() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def from_main(ranks: Ranks, value: T | None) -> T:
+    """Rank 0's `value` on every rank (pickled; for small things such as a list of sample ids)."""
+    if not ranks.distributed:
+        assert value is not None
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return cast(T, box[0])
 
 
 def sum_across(ranks: Ranks, tensor: torch.Tensor) -> torch.Tensor:

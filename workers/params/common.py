@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 # Characters that have no business in a path eyas hands to a program. No shell ever sees these paths,
 # but refusing them at submit time turns a confused or hostile request into a clear 422.
@@ -59,6 +59,32 @@ class StageParams(BaseModel):
 
     def gpus_conflict(self, gpus: int) -> str | None:
         """Why a request for `gpus` GPUs contradicts these params (None when it does not)."""
+        return None
+
+
+class DataParallelParams(StageParams):
+    """Params of a stage that can run as several torchrun ranks: one per GPU, or gloo processes on CPU."""
+
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cuda runs on the job's leased GPUs, one rank per GPU"
+    )
+    ranks: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="data-parallel processes (torchrun). cuda: one per GPU, default all the job's GPUs "
+        "(leases this many when the request names no gpus). cpu: gloo processes, default 1",
+    )
+
+    def needs_gpus(self) -> bool:
+        return self.device == "cuda"
+
+    def gpus_needed(self) -> int:
+        return (self.ranks or 1) if self.device == "cuda" else 0
+
+    def gpus_conflict(self, gpus: int) -> str | None:
+        if self.device == "cuda" and self.ranks is not None and gpus != self.ranks:
+            return f"ranks is {self.ranks} but the job asks for {gpus} GPU(s): on cuda a rank runs on one GPU"
         return None
 
 

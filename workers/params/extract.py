@@ -6,13 +6,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from workers.params.common import HostPath, StageParams
+from workers.params.common import DataParallelParams, HostPath
 
-Device = Literal["cuda", "cpu"]
 Dtype = Literal["bfloat16", "float16", "float32"]
 
 
-class ExtractParams(StageParams):
+class ExtractParams(DataParallelParams):
     target: HostPath = Field(description="target model folder (HF layout, safetensors)")
     data: HostPath = Field(
         description="JSONL of conversations: OpenAI `messages` or ShareGPT `conversations` per line"
@@ -31,7 +30,6 @@ class ExtractParams(StageParams):
     )
     batch_size: int = Field(8, ge=1, le=1024, description="samples per forward (batched by length)")
     dtype: Dtype = Field("bfloat16", description="dtype of the target and of the stored states")
-    device: Device = Field("cuda", description="cuda runs on the job's first leased GPU")
     limit: int | None = Field(None, ge=1, description="stop after this many usable samples")
     writer_threads: int = Field(4, ge=1, le=64, description="threads writing safetensors files")
     queue_depth: int = Field(4, ge=1, le=64, description="batches waiting for the writers at most")
@@ -46,6 +44,3 @@ class ExtractParams(StageParams):
         ge=0,
         description="pretend the output filesystem has this many free bytes (tests and dry runs)",
     )
-
-    def needs_gpus(self) -> bool:
-        return self.device == "cuda"

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from workers.params.common import HostPath, StageParams
+from workers.params.common import DataParallelParams, HostPath
 
 
-class TrainParams(StageParams):
+class TrainParams(DataParallelParams):
     data: HostPath = Field(description="an extract stage's output folder")
     target: HostPath = Field(description="the target model folder (config, embeddings, final norm, lm_head)")
     output: HostPath = Field(
@@ -39,16 +39,6 @@ class TrainParams(StageParams):
     )
     val_fraction: float = Field(0.05, ge=0, le=0.5, description="samples held out for validation")
     resume: bool = Field(True, description="continue the run saved in output; false refuses a used output")
-    device: Literal["cuda", "cpu"] = Field(
-        "cuda", description="cuda trains on the job's leased GPUs, one data-parallel rank per GPU"
-    )
-    ranks: int | None = Field(
-        None,
-        ge=1,
-        le=64,
-        description="data-parallel processes (torchrun + DDP). cuda: one per GPU, default all the job's GPUs "
-        "(leases this many when the request names no gpus). cpu: gloo processes, default 1",
-    )
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="compute dtype (autocast); master weights stay float32"
     )
@@ -59,16 +49,3 @@ class TrainParams(StageParams):
     log_every: int = Field(1, ge=1, description="optimizer steps between metric reports")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (smoke runs)")
     loader_workers: int = Field(2, ge=0, le=64, description="DataLoader worker processes")
-
-    def needs_gpus(self) -> bool:
-        return self.device == "cuda"
-
-    def gpus_needed(self) -> int:
-        return (self.ranks or 1) if self.device == "cuda" else 0
-
-    def gpus_conflict(self, gpus: int) -> str | None:
-        if self.device == "cuda" and self.ranks is not None and gpus != self.ranks:
-            return (
-                f"ranks is {self.ranks} but the job asks for {gpus} GPU(s): on cuda a rank trains on one GPU"
-            )
-        return None

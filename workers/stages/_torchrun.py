@@ -16,10 +16,12 @@ import select
 import signal
 import sys
 import threading
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from workers.params.common import StageParams
+from workers.ml.distributed import Ranks
+from workers.params.common import DataParallelParams, StageParams
 from workers.proc import StartedProcess, run_command, signal_children
 from workers.stages.base import EventSink, StageCancelled, StageContext, StageError, TerminationReason
 
@@ -28,6 +30,39 @@ RANK_STOP_GRACE_S = 60.0
 _CHUNK = 1 << 16
 # Reasons that describe a rank's own failure; anything else may be the echo of a peer that died first.
 _ECHO_REASONS = {TerminationReason.STAGE_ERROR, TerminationReason.USER_CANCELLED}
+
+
+def world_size(ctx: StageContext, params: DataParallelParams) -> int:
+    """Ranks to run: one per leased GPU on cuda, `ranks` gloo processes on cpu."""
+    if params.device == "cpu":
+        return params.ranks or 1
+    if params.ranks is not None and ctx.gpus and params.ranks != len(ctx.gpus):
+        raise StageError(
+            f"ranks is {params.ranks} but the job holds {len(ctx.gpus)} GPU(s): on cuda a rank uses one GPU"
+        )
+    return len(ctx.gpus) or 1
+
+
+class _QuietContext(StageContext):
+    """A rank other than 0: same paths, GPUs and cancel, but rank 0 alone logs and reports."""
+
+    def log(self, text: str, *, stream: str = "stdout") -> None:
+        pass
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        pass
+
+    def metric(self, name: str, value: float, step: int) -> None:
+        pass
+
+    def artifact(self, kind: str, path: str | Path, meta: dict[str, Any] | None = None) -> None:
+        pass
+
+
+def quiet_unless_main(ctx: StageContext, ranks: Ranks) -> StageContext:
+    if ranks.is_main:
+        return ctx
+    return _QuietContext(**{f.name: getattr(ctx, f.name) for f in fields(ctx)})
 
 
 def run_ranks(ctx: StageContext, kind: str, params: StageParams, world: int) -> dict[str, Any]:

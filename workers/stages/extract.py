@@ -1,4 +1,9 @@
-"""extract: a target's hidden states over conversations, in speculators' offline layout (resumable)."""
+"""extract: a target's hidden states over conversations, in speculators' offline layout (resumable).
+
+With several GPUs (or `ranks` on CPU) the stage runs itself as torchrun ranks: rank 0 tokenizes and checks
+the disk, every rank extracts its share of the pending samples (dealt by length, so the shares weigh the
+same), and rank 0 finishes the manifest once all have written theirs.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 
 import torch
 
-from workers.ml import hidden_store
+from workers.ml import distributed, hidden_store
 from workers.ml._config import check_aux_layers, default_aux_layers, text_config
 from workers.ml._dataset import (
     file_sha256,
@@ -26,6 +31,7 @@ from workers.ml._dataset import (
 from workers.ml._writer import AsyncWriter, Written
 from workers.ml.capture import extraction_indices
 from workers.ml.conversations import tokenize_file
+from workers.ml.distributed import Ranks
 from workers.ml.extraction import (
     BatchOutOfMemory,
     PendingSample,
@@ -36,6 +42,7 @@ from workers.ml.extraction import (
     required_bytes,
 )
 from workers.params.extract import ExtractParams
+from workers.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from workers.stages.base import StageContext, StageError, TerminationReason
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -61,22 +68,65 @@ class _Inputs:
 
 
 def run(ctx: StageContext, params: ExtractParams) -> dict[str, Any]:
+    world = world_size(ctx, params)
+    if world > 1 and not distributed.launched_by_torchrun():
+        return run_ranks(ctx, "extract", params, world)
+    ranks = distributed.join(params.device)
+    ctx = quiet_unless_main(ctx, ranks)
     inputs = _resolve(ctx, params)
-    device = _device(params)
-    manifest, rows = _prepare_rows(ctx, params, inputs)
-    stale = hidden_store.remove_stale_temporaries(inputs.output)
-    pending = pending_samples(inputs.output, rows, inputs.hidden_size)
-    ctx.log(
-        f"{len(rows) - len(pending)}/{len(rows)} samples already extracted; {stale} partial files removed"
-    )
-    need = required_bytes(pending, inputs.hidden_size, inputs.dtype)
-    _check_disk(ctx, params, inputs.output, need)
-    manifest.update(status="extracting", estimated_bytes=need)
-    hidden_store.write_manifest(inputs.output, manifest)
-    progress = _Progress(ctx, rows, pending)
-    if pending:
-        _extract(ctx, params, inputs, device, pending, progress)
-    return _finish(ctx, inputs, manifest, rows, progress)
+    device = _device(params, ranks)
+    manifest, rows, pending = _plan(ctx, params, inputs, ranks)
+    mine = pending[ranks.rank :: ranks.world]
+    progress = _Progress(ctx, rows, pending, share=len(mine) / max(len(pending), 1))
+    if mine:
+        _extract(ctx, params, inputs, device, mine, progress)
+    written = _written_by_all(ranks, device, progress)
+    if not ranks.is_main:
+        return {"rank": ranks.rank}
+    return _finish(ctx, inputs, manifest, rows, written, progress.tokens_per_s(written))
+
+
+def _plan(
+    ctx: StageContext, params: ExtractParams, inputs: _Inputs, ranks: Ranks
+) -> tuple[dict[str, Any], list[list[int]], list[PendingSample]]:
+    """(manifest, token rows, samples still to extract, longest first). Rank 0 tokenizes, clears partial
+    files, finds what is pending and checks the disk before any rank starts; the others then read the rows
+    it wrote and take its list of pending samples (their own look at the files could see rank 0's first
+    new ones)."""
+    pending_ids: list[int] | None = None
+    if ranks.is_main:
+        manifest, rows = _prepare_rows(ctx, params, inputs)
+        stale = hidden_store.remove_stale_temporaries(inputs.output)
+        pending = pending_samples(inputs.output, rows, inputs.hidden_size)
+        ctx.log(
+            f"{len(rows) - len(pending)}/{len(rows)} samples already extracted; {stale} partial files removed"
+        )
+        need = required_bytes(pending, inputs.hidden_size, inputs.dtype)
+        _check_disk(ctx, params, inputs.output, need)
+        manifest.update(status="extracting", estimated_bytes=need)
+        hidden_store.write_manifest(inputs.output, manifest)
+        pending_ids = [sample.index for sample in pending]
+    pending_ids = distributed.from_main(ranks, pending_ids)
+    if not ranks.is_main:
+        manifest = hidden_store.read_manifest(inputs.output) or {}
+        rows = read_dataset_rows(inputs.output)[0]
+        pending = [PendingSample(i, rows[i]) for i in pending_ids]
+    return manifest, rows, sorted(pending, key=lambda s: (-len(s.input_ids), s.index))
+
+
+@dataclass(frozen=True)
+class _RunTotals:
+    samples: int
+    tokens: int
+    bytes: int
+
+
+def _written_by_all(ranks: Ranks, device: torch.device, progress: _Progress) -> _RunTotals:
+    """What every rank wrote in this run (the sum is also the point where rank 0 knows all are done)."""
+    mine = [progress.samples_written, progress.tokens_written, progress.bytes_written]
+    total = distributed.sum_across(ranks, torch.tensor(mine, dtype=torch.float64, device=device))
+    samples, tokens, size = (int(v) for v in total.tolist())
+    return _RunTotals(samples, tokens, size)
 
 
 def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
@@ -103,10 +153,10 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
     )
 
 
-def _device(params: ExtractParams) -> torch.device:
+def _device(params: ExtractParams, ranks: Ranks) -> torch.device:
     if params.device == "cuda" and not torch.cuda.is_available():
         raise StageError("device is cuda but no CUDA device is visible", reason=TerminationReason.NO_GPU)
-    return torch.device("cuda", 0) if params.device == "cuda" else torch.device("cpu")
+    return torch.device("cuda", ranks.local_rank) if params.device == "cuda" else torch.device("cpu")
 
 
 def _fingerprint_inputs(params: ExtractParams, inputs: _Inputs) -> dict[str, Any]:
@@ -273,7 +323,8 @@ def _finish(
     inputs: _Inputs,
     manifest: dict[str, Any],
     rows: list[list[int]],
-    progress: _Progress,
+    written_this_run: _RunTotals,
+    tokens_per_s: float,
 ) -> dict[str, Any]:
     files = [hidden_store.hidden_path(inputs.output, i) for i in range(len(rows))]
     written = sum(path.stat().st_size for path in files)
@@ -289,17 +340,23 @@ def _finish(
     counts = manifest.get("counts", {})
     result = {"output": str(inputs.output), "samples": len(rows), "tokens": tokens, "bytes": written}
     result.update(dropped=counts.get("dropped", {}), truncated=counts.get("truncated", 0))
-    result.update(written_this_run=progress.samples_written, tokens_per_s=progress.tokens_per_s())
+    result.update(written_this_run=written_this_run.samples, tokens_per_s=tokens_per_s)
     ctx.artifact("hidden_states", inputs.output, {k: manifest[k] for k in ("aux_layers", "dtype", "tokens")})
     ctx.progress(1.0, "done")
     return result
 
 
 class _Progress:
-    """Progress and throughput events, at most one batch of them per second."""
+    """Progress and throughput events, at most one batch of them per second.
 
-    def __init__(self, ctx: StageContext, rows: list[list[int]], pending: list[PendingSample]) -> None:
+    With several ranks, rank 0 reports for all from its own `share` of the pending samples: the shares are
+    dealt by length, so they progress alike (the result's figures are exact sums)."""
+
+    def __init__(
+        self, ctx: StageContext, rows: list[list[int]], pending: list[PendingSample], *, share: float = 1.0
+    ) -> None:
         self._ctx = ctx
+        self._share = max(share, 1e-9)
         self._total_tokens = max(sum(len(r) for r in rows), 1)
         self._done_tokens = self._total_tokens - sum(len(s.input_ids) for s in pending)
         self._started = time.monotonic()
@@ -313,15 +370,16 @@ class _Progress:
             self.bytes_written += item.bytes
         self.emit()
 
-    def tokens_per_s(self) -> float:
-        return self.tokens_written / max(time.monotonic() - self._started, 1e-9)
+    def tokens_per_s(self, written: _RunTotals | None = None) -> float:
+        tokens = written.tokens if written is not None else self.tokens_written / self._share
+        return tokens / max(time.monotonic() - self._started, 1e-9)
 
     def emit(self, *, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_emit < 1.0:
             return
         self._last_emit = now
-        done = self._done_tokens + self.tokens_written
+        done = min(self._done_tokens + round(self.tokens_written / self._share), self._total_tokens)
         rate = self.tokens_per_s()
         self._ctx.progress(
             done / self._total_tokens, f"{done} / {self._total_tokens} tokens, {rate:,.0f} tok/s"

@@ -38,7 +38,7 @@ from workers.ml.trainer import (
 )
 from workers.ml.vocab import d2t_offsets, draft_token_ids
 from workers.params.train import TrainParams
-from workers.stages._torchrun import run_ranks
+from workers.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from workers.stages.base import StageCancelled, StageContext, StageError, TerminationReason
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -64,27 +64,8 @@ class _Inputs:
     dtype: torch.dtype
 
 
-class _QuietReporter:
-    """What ranks other than 0 report: nothing, but they still hear a cancel."""
-
-    def __init__(self, ctx: StageContext) -> None:
-        self._ctx = ctx
-
-    def log(self, text: str, *, stream: str = "stdout") -> None:
-        pass
-
-    def progress(self, fraction: float, message: str = "") -> None:
-        pass
-
-    def metric(self, name: str, value: float, step: int) -> None:
-        pass
-
-    def cancel_requested(self) -> bool:
-        return self._ctx.cancel_requested()
-
-
 def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
-    world = _world_size(ctx, params)
+    world = world_size(ctx, params)
     if world > 1 and not distributed.launched_by_torchrun():
         return run_ranks(ctx, "train", params, world)
     # A rank stays in the group after returning: stage_main leaves it once the result is sent (the result
@@ -96,20 +77,8 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
         raise StageCancelled() from None
 
 
-def _world_size(ctx: StageContext, params: TrainParams) -> int:
-    """Ranks to train with: one per leased GPU on cuda, `ranks` gloo processes on cpu."""
-    if params.device == "cpu":
-        return params.ranks or 1
-    if params.ranks is not None and ctx.gpus and params.ranks != len(ctx.gpus):
-        raise StageError(
-            f"ranks is {params.ranks} but the job holds {len(ctx.gpus)} GPU(s): on cuda each rank trains on "
-            "one GPU"
-        )
-    return len(ctx.gpus) or 1
-
-
 def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
-    report: StageContext | _QuietReporter = ctx if ranks.is_main else _QuietReporter(ctx)
+    ctx = quiet_unless_main(ctx, ranks)
     inputs = _resolve(ctx, params, ranks)
     extraction, head = _open_inputs(inputs)
     fingerprint = {
@@ -140,7 +109,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
     )
     if state:
-        report.log(f"resuming at epoch {position.epoch + 1}, step {position.global_step}")
+        ctx.log(f"resuming at epoch {position.epoch + 1}, step {position.global_step}")
     trainer = Trainer(
         drafter,
         head.to(inputs.device, inputs.dtype),
@@ -177,7 +146,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         return folder
 
     try:
-        run_training(trainer, plan, position, report, save_state=save_position, save_epoch=save_epoch)
+        run_training(trainer, plan, position, ctx, save_state=save_position, save_epoch=save_epoch)
     except NonFiniteLoss as exc:
         raise StageError(
             f"{exc}: lower lr, or check the extraction for non-finite states",

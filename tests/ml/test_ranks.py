@@ -1,5 +1,5 @@
-"""Data-parallel training: the train stage as torchrun ranks (gloo on CPU: the same code path as NCCL on GPUs,
-which this machine does not have), directly and as a job through a real worker."""
+"""Data parallel: the extract and train stages as torchrun ranks (gloo on CPU: the same code path as NCCL on
+GPUs, which this machine does not have), directly and as a job through a real worker."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from app.core.config import Settings
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import TINY_CONFIG, chat, successor_target, write_jsonl
+from workers.ml.hidden_store import hidden_path, load_sample, read_manifest
 from workers.ml.train_state import STATE_FILE, load_state
 from workers.params.extract import ExtractParams
 from workers.params.train import TrainParams
@@ -48,6 +49,45 @@ def _params(target: Path, data: Path, output: Path, **overrides: Any) -> TrainPa
 
 def _losses(sink: RecordingSink) -> dict[int, float]:
     return {e["step"]: e["value"] for e in sink.of_type("metric") if e["name"] == "train/loss"}
+
+
+def test_two_ranks_extract_what_one_process_extracts_and_resume_with_any_count(tmp_path: Path) -> None:
+    target = successor_target(tmp_path / "target")
+    rng = random.Random(5)
+    chats = [chat(rng, turns=rng.randint(1, 3), words=rng.randint(3, 12)) for _ in range(9)]
+    data = write_jsonl(tmp_path / "data.jsonl", chats)
+
+    def params(output: str, **more: Any) -> ExtractParams:
+        return ExtractParams(
+            target=str(target), data=str(data), output=str(tmp_path / output), device="cpu",
+            dtype="float32", batch_size=2, max_len=64, **more,
+        )  # fmt: skip
+
+    single = extract.run(StageContext(work_dir=tmp_path), params("single"))
+    sink = RecordingSink()
+    pair = extract.run(StageContext(work_dir=tmp_path / "work", sink=sink), params("pair", ranks=2))
+
+    assert pair["written_this_run"] == 9
+    assert {k: pair[k] for k in ("samples", "tokens", "bytes")} == {
+        k: single[k] for k in ("samples", "tokens", "bytes")
+    }
+    for index in range(9):
+        one, two = load_sample(tmp_path / "single", index), load_sample(tmp_path / "pair", index)
+        assert torch.equal(one["token_ids"], two["token_ids"])
+        # other batch-mates, other padding: the same states up to float32 rounding
+        torch.testing.assert_close(two["hidden_states"], one["hidden_states"], rtol=1e-4, atol=1e-5)
+    manifest = read_manifest(tmp_path / "pair")
+    assert manifest is not None
+    assert manifest["status"] == "complete"
+    assert [e["kind"] for e in sink.of_type("artifact")] == ["hidden_states"]  # rank 0 alone reports
+    assert sink.of_type("progress")[-1]["fraction"] == 1.0
+
+    for index in (1, 4, 7):  # a crash lost three files: any number of ranks redoes exactly those
+        hidden_path(tmp_path / "pair", index).unlink()
+    again = extract.run(StageContext(work_dir=tmp_path / "work"), params("pair", ranks=2))
+    assert again["written_this_run"] == 3
+    once_more = extract.run(StageContext(work_dir=tmp_path / "work"), params("pair"))
+    assert once_more["written_this_run"] == 0
 
 
 def test_two_ranks_train_exactly_like_one_process_on_the_global_batch(tmp_path: Path) -> None:

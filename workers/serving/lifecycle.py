@@ -33,9 +33,8 @@ def host_facts(gpus: Sequence[int]) -> HostFacts:
 
 
 def checked_launch(ctx: StageContext, params: LaunchParams) -> RenderedLaunch:
-    """Render and check on this host; log every finding; raise LAUNCH_CHECK_FAILED on any error."""
-    for path in params.host_paths():
-        ctx.check_path(path)
+    """Render and check on this host; log every finding; raise LAUNCH_CHECK_FAILED on any error. (The
+    worker and stage_main have already held every path, nested ones too, against the allowed roots.)"""
     rendered = prepare_launch(params, host=host_facts(ctx.gpus), gpus=ctx.gpus)
     for finding in rendered.findings:
         ctx.log(f"launch check {finding}")

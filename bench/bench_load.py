@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _harness import admin_token, database, free_port, make_settings, service, summary_ms
+from _harness import bare_endpoint, database, eyas, make_settings, summary_ms
 
 HOST = "bench-load"
 
@@ -85,32 +85,16 @@ def shipped_lines(api: str, headers: dict[str, str], ids: list[str]) -> int:
 def measure_polling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     with database() as db_url:
         settings = make_settings(db_url, tmp / "data", worker_concurrency=max(4, args.jobs))
-        headers = {"Authorization": f"Bearer {admin_token(settings)}"}
-        api_port, bare_port = free_port(), free_port()
-        api = f"http://127.0.0.1:{api_port}"
-        bare_argv = [
-            "-m",
-            "uvicorn",
-            "bench._bare_app:app",
-            "--port",
-            str(bare_port),
-            "--no-access-log",
-            "--http",
-            "h11",
-        ]
         with (
-            service(["-m", "cli.main", "api", "--port", str(api_port)], settings, tmp / "api.log",
-                    ready_url=f"{api}/healthz"),
-            service(["-m", "cli.main", "worker", "--host-name", HOST], settings, tmp / "worker.log",
-                    ready_text="ready."),
-            service(bare_argv, settings, tmp / "bare.log", ready_url=f"http://127.0.0.1:{bare_port}/job"),
-        ):  # fmt: skip
+            eyas(settings, tmp, worker_host=HOST) as running,
+            bare_endpoint(settings, tmp) as bare_url,
+        ):
+            api, headers = running.url, running.headers
             ids = start_streaming_jobs(api, headers, args)
             lines_before, started = shipped_lines(api, headers, ids), time.monotonic()
             urls = [f"{api}/v1/jobs/{j}" for j in ids]
-            eyas = [asyncio.run(poll(urls, headers, c, args.seconds)) for c in args.clients]
-            bare_urls = [f"http://127.0.0.1:{bare_port}/job"]
-            bare = [asyncio.run(poll(bare_urls, {}, c, args.seconds)) for c in args.clients]
+            polled = [asyncio.run(poll(urls, headers, c, args.seconds)) for c in args.clients]
+            bare = [asyncio.run(poll([bare_url], {}, c, args.seconds)) for c in args.clients]
             lines_per_s = (shipped_lines(api, headers, ids) - lines_before) / (time.monotonic() - started)
             for job_id in ids:
                 httpx.post(f"{api}/v1/jobs/{job_id}/cancel", headers=headers)
@@ -118,10 +102,10 @@ def measure_polling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "streaming_jobs": args.jobs,
         "lines_per_second_per_job": args.lines_per_second,
         "log_lines_shipped_per_s": round(lines_per_s, 1),
-        "eyas_get_job": eyas,
+        "eyas_get_job": polled,
         "bare_fastapi": bare,
         "target_p99_ms": args.target_p99_ms,
-        "eyas_best_within_target": best_within(eyas, args.target_p99_ms),
+        "eyas_best_within_target": best_within(polled, args.target_p99_ms),
         "bare_best_within_target": best_within(bare, args.target_p99_ms),
     }
 

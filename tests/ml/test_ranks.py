@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.core.config import Settings
 from tests.conftest import WorkerProcess
-from tests.ml.tiny import TINY_CONFIG, chat, successor_target, write_jsonl
+from tests.ml.tiny import TINY_CONFIG, chat, successor_extraction, successor_target, write_jsonl
 from workers.ml.hidden_store import hidden_path, load_sample, read_manifest
 from workers.ml.train_state import STATE_FILE, load_state
 from workers.params.extract import ExtractParams
@@ -28,14 +28,7 @@ Headers = dict[str, str]
 
 
 def _extraction(root: Path, conversations: int, words: int) -> tuple[Path, Path]:
-    target = successor_target(root / "target")
-    rng = random.Random(3)
-    data = write_jsonl(root / "data.jsonl", [chat(rng, turns=1, words=words) for _ in range(conversations)])
-    params = ExtractParams(
-        target=str(target), data=str(data), output=str(root / "hs"), device="cpu", dtype="float32", max_len=64
-    )
-    extract.run(StageContext(work_dir=root), params)
-    return target, root / "hs"
+    return successor_extraction(root, conversations=conversations, turns=1, words=words, seed=3, max_len=64)
 
 
 def _params(target: Path, data: Path, output: Path, **overrides: Any) -> TrainParams:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.ml.tiny import chat, random_target, successor_target, write_jsonl
+from tests.ml.tiny import random_target, successor_extraction
 from workers.ml.hidden_store import hidden_path, write_safetensors
-from workers.params.extract import ExtractParams
 from workers.params.train import TrainParams
-from workers.stages import extract, train
+from workers.stages import train
 from workers.stages.base import RecordingSink, StageCancelled, StageContext, StageError, TerminationReason
 
 DRAFT_VOCAB = 48
@@ -27,14 +25,7 @@ DRAFT_VOCAB = 48
 def learnable(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(target, extraction) for the successor task, extracted once for the module."""
     root = tmp_path_factory.mktemp("learnable")
-    target = successor_target(root / "target")
-    rng = random.Random(1)
-    data = write_jsonl(root / "data.jsonl", [chat(rng, turns=2, words=12) for _ in range(40)])
-    params = ExtractParams(
-        target=str(target), data=str(data), output=str(root / "hs"), device="cpu", dtype="float32", max_len=96
-    )
-    extract.run(StageContext(work_dir=root), params)
-    return target, root / "hs"
+    return successor_extraction(root, conversations=40, turns=2, words=12, seed=1, max_len=96)
 
 
 def _params(target: Path, data: Path, output: Path, **overrides: Any) -> TrainParams:

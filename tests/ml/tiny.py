@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "build_tokenizer",
     "chat",
     "random_target",
+    "successor_extraction",
     "save_target",
     "sentence",
     "successor",
@@ -51,3 +53,28 @@ def random_target(folder: Path, seed: int = 0, **overrides: Any) -> Path:
 def successor_target(folder: Path) -> Path:
     """The tests' successor target: hidden 64, 8 layers (as the demo's)."""
     return _demo_target(folder, hidden=64)
+
+
+def successor_extraction(
+    root: Path, *, conversations: int, turns: int, words: int, seed: int, max_len: int
+) -> tuple[Path, Path]:
+    """(target, extraction) of the successor task: conversations made and extracted on the CPU."""
+    from workers.params.extract import ExtractParams
+    from workers.stages import extract
+    from workers.stages.base import StageContext
+
+    target = successor_target(root / "target")
+    rng = random.Random(seed)
+    data = write_jsonl(
+        root / "data.jsonl", [chat(rng, turns=turns, words=words) for _ in range(conversations)]
+    )
+    params = ExtractParams(
+        target=str(target),
+        data=str(data),
+        output=str(root / "hs"),
+        device="cpu",
+        dtype="float32",
+        max_len=max_len,
+    )
+    extract.run(StageContext(work_dir=root), params)
+    return target, root / "hs"

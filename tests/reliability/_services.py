@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 import psycopg
 import redis
 
@@ -45,6 +46,18 @@ def wait_until(check: object, timeout_s: float, what: str, interval_s: float = 0
             pass  # a service that is still starting refuses connections
         time.sleep(interval_s)
     raise TimeoutError(f"{what} did not happen within {timeout_s:.0f} s")
+
+
+def _wait_dead(pid: int | None, timeout_s: float = 10.0) -> None:
+    """Until `pid` has exited (a zombie counts: it holds no files or ports)."""
+    deadline = time.monotonic() + timeout_s
+    while pid is not None and time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
 
 
 def _as_postgres(*argv: str) -> list[str]:
@@ -124,7 +137,11 @@ class PrivatePostgres:
                 proc.terminate_group(self.popen.pid, grace_s=5, popen=self.popen)
         self.popen = None
         if crash:
+            _wait_dead(postmaster)
+            # A killed postmaster leaves its lock files; the next start would refuse while the old pid
+            # still shows (a zombie nobody reaped on a loaded machine counts as alive to kill(pid, 0)).
             (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+            (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
 
     def destroy(self) -> None:
         self.stop()

@@ -114,8 +114,6 @@ def build(
         lr=1e-4, warmup_steps=0, total_steps=1000, schedule="constant", weight_decay=0.0, grad_clip=0.5
     )
     optimizer, scheduler = make_optimizer(drafter, settings, device)
-    if args.compile:
-        drafter.compile()
     return Trainer(
         drafter,
         head,
@@ -127,6 +125,7 @@ def build(
         attention=args.attention,
         compute_dtype=dtype,
         device=device,
+        compile_drafter=args.compile,
     )
 
 
@@ -170,7 +169,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--attention", choices=["auto", "dense", "flex"], default="auto")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the drafter module")
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile the drafter (the stage's cuda default)"
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.small
     device = torch.device("cuda" if cuda else "cpu")

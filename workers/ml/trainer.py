@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,12 +88,30 @@ class _Unrolled(nn.Module):
     """The TTT unroll and its objective as one module: DDP then sees every trainable weight used inside
     its forward (the objective reads lm_head), and its gradient hooks all-reduce them during backward."""
 
+    _compiled: Callable[..., list[torch.Tensor]] | None
+
     def __init__(
-        self, drafter: Eagle3Drafter, ttt_steps: int, step_weights: list[float], attention: AttentionBackend
+        self,
+        drafter: Eagle3Drafter,
+        ttt_steps: int,
+        step_weights: list[float],
+        attention: AttentionBackend,
+        *,
+        compiled: bool,
     ) -> None:
         super().__init__()
         self.drafter = drafter
         self.ttt_steps, self.step_weights, self.attention = ttt_steps, step_weights, attention
+        # Kept off the module tree (object.__setattr__): the compiled wrapper shares the drafter's weights,
+        # and registering it would list them twice for DDP and the optimizer.
+        object.__setattr__(self, "_compiled", torch.compile(drafter) if compiled else None)
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
+    def run_eagerly(self) -> None:
+        object.__setattr__(self, "_compiled", None)
 
     def forward(
         self,
@@ -103,7 +122,8 @@ class _Unrolled(nn.Module):
         in_draft: torch.Tensor,
         loss_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        outputs = self.drafter(drafter_ids, aux, self.ttt_steps, self.attention)
+        unroll = self._compiled if self._compiled is not None else self.drafter
+        outputs = unroll(drafter_ids, aux, self.ttt_steps, self.attention)
         targets = Targets(probs, argmax, in_draft, loss_mask)
         loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
         return loss, stats.stacked()
@@ -129,6 +149,7 @@ class Trainer:
         compute_dtype: torch.dtype,
         device: torch.device,
         ranks: Ranks | None = None,
+        compile_drafter: bool = False,
     ) -> None:
         self.drafter, self.head = drafter, head
         self.optimizer, self.scheduler, self.settings = optimizer, scheduler, settings
@@ -139,7 +160,8 @@ class Trainer:
         self.compute_dtype = compute_dtype
         self.draft_ids = drafter.draft_to_target(torch.arange(drafter.d2t.numel(), device=device))
         self.in_draft_vocab = drafter.t2d
-        self.unrolled = _Unrolled(drafter, ttt_steps, self.step_weights, attention)
+        self.unrolled = _Unrolled(drafter, ttt_steps, self.step_weights, attention, compiled=compile_drafter)
+        self._first_step = True
         self.trained: nn.Module = self.unrolled
         if self.ranks.distributed:
             self.trained = DistributedDataParallel(
@@ -168,7 +190,7 @@ class Trainer:
         out_of_memory = False
         loss = stats = None
         try:
-            loss, stats = self._objective(self.trained, batch)
+            loss, stats = self._forward(batch)
         except torch.OutOfMemoryError:
             out_of_memory = True
         local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
@@ -196,6 +218,21 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return value, float(grad_norm), stats
+
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's forward; the first compiled one falls back to eager if the compiler fails (slower,
+        never wrong), as a missing or broken compiler should not cost a training run."""
+        first, self._first_step = self._first_step, False
+        try:
+            return self._objective(self.trained, batch)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            if not (first and self.unrolled.compiled):
+                raise
+            warnings.warn(f"torch.compile of the drafter failed, training eagerly: {exc}", stacklevel=2)
+            self.unrolled.run_eagerly()
+            return self._objective(self.trained, batch)
 
     def _out_of_memory(self, batch: Batch, here: bool) -> StepOutOfMemory:
         """The failing batch's shape on every rank (the largest, when several ranks ran out)."""

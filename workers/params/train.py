@@ -42,6 +42,11 @@ class TrainParams(DataParallelParams):
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="compute dtype (autocast); master weights stay float32"
     )
+    compile: bool | None = Field(
+        None,
+        description="torch.compile the drafter's TTT unroll (default: on for cuda, off for cpu); a compiler "
+        "failure on the first step falls back to eager with a warning",
+    )
     attention: Literal["auto", "dense", "flex"] = Field(
         "auto", description="TTT attention kernel: auto = flex on cuda, dense on cpu"
     )

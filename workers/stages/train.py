@@ -122,6 +122,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         compute_dtype=inputs.dtype,
         device=inputs.device,
         ranks=ranks,
+        compile_drafter=params.compile if params.compile is not None else inputs.device.type == "cuda",
     )
 
     def save_position(at: RunPosition) -> None:

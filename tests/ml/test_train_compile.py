@@ -1,0 +1,90 @@
+"""torch.compile of the drafter (the stage's default on GPUs): the same losses as eager, and a broken compiler
+costs a warning, never the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ml.tiny import TINY_CONFIG, successor_extraction
+from workers import proc
+from workers.params.train import TrainParams
+from workers.stages import train
+from workers.stages.base import RecordingSink, StageContext
+
+
+@pytest.fixture(scope="module")
+def extraction(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("compile")
+    return successor_extraction(root, conversations=4, turns=1, words=8, seed=1, max_len=64)
+
+
+def _params(extraction: tuple[Path, Path], output: Path, **overrides: Any) -> TrainParams:
+    target, data = extraction
+    values = {
+        "target": str(target), "data": str(data), "output": str(output), "device": "cpu", "dtype": "float32",
+        "ttt_steps": 2, "batch_size": 2, "max_steps": 2, "val_fraction": 0.0, "loader_workers": 0,
+        "draft_vocab_size": TINY_CONFIG["vocab_size"], **overrides,
+    }  # fmt: skip
+    return TrainParams(**values)
+
+
+def _losses(sink: RecordingSink) -> dict[int, float]:
+    return {e["step"]: e["value"] for e in sink.of_type("metric") if e["name"] == "train/loss"}
+
+
+def test_compiled_drafter_trains_like_the_eager_one(extraction: tuple[Path, Path], tmp_path: Path) -> None:
+    eager, compiled = RecordingSink(), RecordingSink()
+    train.run(StageContext(work_dir=tmp_path, sink=eager), _params(extraction, tmp_path / "e", compile=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train.run(
+            StageContext(work_dir=tmp_path, sink=compiled), _params(extraction, tmp_path / "c", compile=True)
+        )
+    assert not [w for w in caught if "training eagerly" in str(w.message)], (
+        "it fell back instead of compiling"
+    )
+    assert sorted(_losses(compiled)) == [1, 2]
+    assert _losses(compiled) == pytest.approx(_losses(eager), rel=1e-5)
+
+
+def test_a_broken_compiler_falls_back_to_eager_with_a_warning(
+    extraction: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A host whose C++ compiler is broken (CXX points at /bin/false): the stage runs as the worker runs it,
+    a process of its own, and must warn and train eagerly."""
+    params_file = tmp_path / "params.json"
+    params_file.write_text(_params(extraction, tmp_path / "out", compile=True).model_dump_json())
+    read_fd, write_fd = os.pipe()
+    lines: list[tuple[str, str]] = []
+    events: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: events.extend(_read_events(read_fd)))
+    reader.start()
+    argv = [sys.executable, "-m", "workers.stage_main", "--kind", "train", "--params-file", str(params_file)]
+    argv += ["--event-fd", str(write_fd), "--work-dir", str(tmp_path)]
+    env = {**os.environ, "CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    try:
+        result = proc.run_command(
+            argv, on_line=lambda s, t: lines.append((s, t)), env=env, timeout_s=300, extra_fds=[write_fd]
+        )
+    finally:
+        os.close(write_fd)
+        reader.join()
+    log = "\n".join(text for _, text in lines)
+    assert result.exit_code == 0, log
+    assert "torch.compile of the drafter failed, training eagerly" in log
+    outcome = [e for e in events if e["type"] == "result"]
+    assert outcome
+    assert outcome[0]["result"]["global_step"] == 2
+
+
+def _read_events(fd: int) -> list[dict[str, Any]]:
+    with os.fdopen(fd, encoding="utf-8") as pipe:
+        return [json.loads(line) for line in pipe if line.strip()]

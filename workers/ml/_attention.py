@@ -15,6 +15,7 @@ which is what makes the unroll affordable at seq 2048+ on a GPU. Both give the s
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
@@ -88,6 +89,11 @@ def _ttt_mask_mod(seq: int) -> Callable[[Any, Any, Any, Any], Any]:
         return prefix | own_position
 
     return mask_mod
+
+
+# Under torch.compile of the whole unroll, dynamo traces through the cache below (and says so, once per run);
+# the mask is a pure function of its arguments, so tracing it is exact.
+warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`-wrapped")
 
 
 @lru_cache(maxsize=64)

@@ -46,6 +46,9 @@ RUN_FILE = "run.json"
 # Batches are padded to a multiple of FlexAttention's block size on a GPU: fewer distinct shapes for the
 # compiled kernels (dynamo turns to dynamic shapes after the first few), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
+# An H200 drafter step is ~0.1-0.2 s and compiling saves ~17 % of it (docs/benchmarks.md): from about this
+# many steps the ~40 s of compiling is paid back.
+COMPILE_MIN_STEPS = 2000
 # Params that define the run: resuming with any of them changed cannot continue it exactly.
 _RUN_DEFINING = (
     "epochs", "ttt_steps", "step_decay", "batch_size", "max_len", "lr", "warmup_ratio", "warmup_steps",
@@ -122,7 +125,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         compute_dtype=inputs.dtype,
         device=inputs.device,
         ranks=ranks,
-        compile_drafter=params.compile if params.compile is not None else inputs.device.type == "cuda",
+        compile_drafter=_compiles(params, inputs.device, plan.total_steps),
     )
 
     def save_position(at: RunPosition) -> None:
@@ -247,6 +250,14 @@ def _build_drafter(
     drafter.to(inputs.device)
     drafter.embed_tokens.to(inputs.dtype)  # frozen: no float32 master copy needed
     return drafter
+
+
+def _compiles(params: TrainParams, device: torch.device, total_steps: int) -> bool:
+    """torch.compile pays back its ~40 s (and a recompile per padded length) only over a long run: a short
+    one (a demo, a smoke test) trains sooner eagerly."""
+    if params.compile is not None:
+        return params.compile
+    return device.type == "cuda" and total_steps >= COMPILE_MIN_STEPS
 
 
 def _loop_plan(

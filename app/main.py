@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.gzip import GZipMiddleware
 
 from app.api import include_routers
 from app.core.config import Settings, get_settings
@@ -15,6 +16,8 @@ from app.core.limits import BodySizeLimit
 from app.core.openapi import install_openapi
 from app.core.security import FailureLimiter, PrincipalCache
 from app.jobs.maintenance import MaintenanceLoop
+
+GZIP_MIN_BYTES = 1024
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -43,4 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_openapi(app)
     include_routers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Log pages, results and the dashboard's scripts shrink 5-10x; Server-Sent Events are never compressed
+    # (Starlette excludes text/event-stream), so live logs stay live.
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES)
     return app

@@ -49,6 +49,8 @@ def sse_events(
     ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
+        # httpx asks for gzip; a compressed event stream would sit in the compressor's buffer
+        assert "content-encoding" not in response.headers
         event: dict[str, str] = {}
         count = 0
         for raw in response.iter_lines():

@@ -36,6 +36,17 @@ def test_every_file_the_page_names_is_served_with_its_type(dashboard_url: str) -
         assert response.headers["content-type"].startswith(expected), name
 
 
+def test_large_files_are_gzipped_for_clients_that_ask(dashboard_url: str) -> None:
+    largest = max((STATIC_DIR / "vendor").rglob("*.js"), key=lambda path: path.stat().st_size)
+    url = f"{dashboard_url}/dashboard/{largest.relative_to(STATIC_DIR).as_posix()}"
+    packed = httpx.get(url, headers={"Accept-Encoding": "gzip"})
+    plain = httpx.get(url, headers={"Accept-Encoding": "identity"})
+    assert packed.headers["content-encoding"] == "gzip"
+    assert int(packed.headers["content-length"]) < largest.stat().st_size / 2
+    assert "content-encoding" not in plain.headers
+    assert packed.content == plain.content == largest.read_bytes()
+
+
 def test_module_imports_all_resolve_to_served_files(dashboard_url: str) -> None:
     for path in sorted(JS_DIR.rglob("*.js")):
         for target in re.findall(r'from "(\.{1,2}/[^"]+)"', path.read_text()):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 from subprocess import Popen
 from typing import Annotated
 
+import psutil
 import typer
 
 from app.core.config import Settings, get_settings
@@ -88,7 +90,16 @@ def up(
     db_upgrade(settings)
     token = ensure_admin_token(settings)
     worker = proc.spawn(
-        [sys.executable, "-m", "cli.main", "worker", "--host-name", host_name],
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "worker",
+            "--host-name",
+            host_name,
+            "--exit-with-pid",
+            str(os.getpid()),
+        ],
         env=settings.service_env(**overrides),
         cwd=Path(__file__).resolve().parents[1],
         output=data_dir / "worker.log",
@@ -132,19 +143,30 @@ def api(
     run_api(get_settings(), host=host, port=port)
 
 
-def worker(host_name: Annotated[str, typer.Option(help=HOST_NAME_HELP, metavar="NAME")]) -> None:
+def worker(
+    host_name: Annotated[str, typer.Option(help=HOST_NAME_HELP, metavar="NAME")],
+    exit_with_pid: Annotated[
+        int | None,
+        typer.Option(
+            help="stop (and stop the running jobs) when this process ends; eyas up passes its own", min=1
+        ),
+    ] = None,
+) -> None:
     """Run the worker of one GPU host (foreground)."""
     from workers.main import start_worker
 
     if not host_name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         typer.echo("host name may hold letters, digits, '-', '_' and '.' only", err=True)
         raise typer.Exit(2)
+    if exit_with_pid is not None and not psutil.pid_exists(exit_with_pid):
+        typer.echo(f"--exit-with-pid {exit_with_pid}: no such process", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = get_settings().model_copy(update={"worker_host_name": host_name})
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.embedded:
         _wait_for_schema(settings)
-    start_worker(settings, host=host_name)
+    start_worker(settings, host=host_name, exit_with_pid=exit_with_pid)
 
 
 def _wait_for_schema(settings: Settings, timeout_s: float = 30.0) -> None:

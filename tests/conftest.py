@@ -11,7 +11,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -140,10 +140,12 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """A real `eyas worker` process for one host."""
 
-    def __init__(self, settings: Settings, host: str, log_path: Path, **env: str) -> None:
+    def __init__(
+        self, settings: Settings, host: str, log_path: Path, args: Sequence[str] = (), **env: str
+    ) -> None:
         self.settings, self.host, self.log_path = settings, host, log_path
         self.popen = proc.spawn(
-            [sys.executable, "-m", "cli.main", "worker", "--host-name", host],
+            [sys.executable, "-m", "cli.main", "worker", "--host-name", host, *args],
             env=worker_env(settings, **env),
             cwd=ROOT,
             output=log_path,
@@ -182,8 +184,8 @@ class WorkerProcess:
 def start_worker(settings: Settings, tmp_path: Path) -> Iterator[object]:
     started: list[WorkerProcess] = []
 
-    def _start(host: str = "gpu-a", **env: str) -> WorkerProcess:
-        worker = WorkerProcess(settings, host, tmp_path / f"worker-{host}-{len(started)}.log", **env)
+    def _start(host: str = "gpu-a", args: Sequence[str] = (), **env: str) -> WorkerProcess:
+        worker = WorkerProcess(settings, host, tmp_path / f"worker-{host}-{len(started)}.log", args, **env)
         started.append(worker)
         worker.wait_registered()
         return worker

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
+import time
 
 from app.core.config import Settings
 from app.jobs.maintenance import MaintenanceLoop
-from workers import celery_app, host_agent
+from workers import celery_app, host_agent, proc
+from workers.runner import WORKER_STOPPING
 
 logger = logging.getLogger("eyas.worker")
 
 
-def start_worker(settings: Settings, *, host: str, loglevel: str = "INFO") -> None:
-    """Run the worker in the foreground until it is stopped (SIGTERM: warm shutdown)."""
+def start_worker(
+    settings: Settings, *, host: str, loglevel: str = "INFO", exit_with_pid: int | None = None
+) -> None:
+    """Run the worker in the foreground until it is stopped (SIGTERM: warm shutdown), or until the process
+    `exit_with_pid` ends."""
+    if exit_with_pid is not None:
+        _watch_parent(exit_with_pid)
     app = celery_app.build(settings, host)
     worker = celery_app.runtime().worker
     ended = host_agent.end_orphans(settings, host=host)
@@ -45,3 +55,19 @@ def start_worker(settings: Settings, *, host: str, loglevel: str = "INFO") -> No
     finally:
         heartbeat.stop()
         maintenance.stop()
+
+
+def _watch_parent(pid: int, period_s: float = 1.0) -> None:
+    """`eyas up` starts its worker with its own pid: if eyas up dies without stopping it (kill -9, a closed
+    terminal), the worker stops its jobs and itself instead of running on with nobody to serve it."""
+    started = proc.process_create_time(pid)
+
+    def watch() -> None:
+        while proc.process_alive(pid, started):
+            time.sleep(period_s)
+        reason = f"the process it served (pid {pid}) ended"
+        logger.warning("%s: stopping the running jobs and this worker", reason)
+        WORKER_STOPPING.stop(reason)
+        os.kill(os.getpid(), signal.SIGTERM)  # Celery's warm shutdown: the jobs are ending already
+
+    threading.Thread(target=watch, name="eyas-parent-watch", daemon=True).start()

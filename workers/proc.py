@@ -160,6 +160,19 @@ def terminate_group(
     return True
 
 
+def process_alive(pid: int, expected_create_time: float) -> bool:
+    """Whether `pid` is still the process that started at `expected_create_time` (pid reuse guard)."""
+    try:
+        process = psutil.Process(pid)
+        return process.status() != psutil.STATUS_ZOMBIE and _same_process(pid, expected_create_time)
+    except psutil.Error:
+        return False
+
+
+def process_create_time(pid: int) -> float:
+    return _create_time(pid)
+
+
 def signal_children(pid: int, sig: signal.Signals) -> int:
     """Send `sig` to the direct children of `pid` (a launcher's workers); returns how many got it."""
     sent = 0

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import threading
+import time
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ class JobRunner:
         finally:
             beat.stop()
         pump.join()
-        outcome = _outcome(result, pump, job)
+        outcome = _outcome(result, pump, job, beat)
         if gpus:
             verdict = gate.check(gpus)
             if not verdict.clean:
@@ -158,16 +159,34 @@ class JobRunner:
             lifecycle.mark_reaped(session, job_id=job.id)
 
 
+class WorkerStopping:
+    """Set when this worker process must end now (its `eyas up` is gone): running jobs are stopped like a
+    cancel, but recorded as lost with the reason, so nobody mistakes them for a user's cancel."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reason = ""
+
+    def stop(self, reason: str) -> None:
+        self.reason = reason
+        self.event.set()
+
+
+WORKER_STOPPING = WorkerStopping()
+
+
 class _Heartbeat(threading.Thread):
-    """Beats for the job every heartbeat_s; sets `cancel` once a cancel was requested."""
+    """Beats for the job every heartbeat_s; sets `cancel` once a cancel was requested, or at once when the
+    worker is stopping."""
 
     def __init__(self, settings: Settings, job_id: uuid.UUID, cancel: threading.Event) -> None:
         super().__init__(name=f"heartbeat-{job_id}", daemon=True)
         self.settings, self.job_id, self.cancel = settings, job_id, cancel
         self._stop = threading.Event()
+        self.worker_stopped = False
 
     def run(self) -> None:
-        while not self._stop.wait(self.settings.heartbeat_s):
+        while not self._wait_beat():
             try:
                 with session_scope(self.settings) as session:
                     if lifecycle.heartbeat(session, job_id=self.job_id):
@@ -175,11 +194,29 @@ class _Heartbeat(threading.Thread):
             except Exception as exc:  # the database may be restarting; the next beat tries again
                 logger.warning("heartbeat for job %s failed: %s", self.job_id, exc)
 
+    def _wait_beat(self) -> bool:
+        """Wait one beat; True once stopped. A stopping worker cancels its job at once."""
+        deadline = time.monotonic() + self.settings.heartbeat_s
+        while (left := deadline - time.monotonic()) > 0:
+            if self._stop.wait(min(left, 0.2)):
+                return True
+            if WORKER_STOPPING.event.is_set() and not self.cancel.is_set():
+                self.worker_stopped = True
+                self.cancel.set()
+        return False
+
     def stop(self) -> None:
         self._stop.set()
 
 
-def _outcome(result: proc.CommandResult, pump: EventPump, job: ClaimedJob) -> Outcome:
+def _outcome(result: proc.CommandResult, pump: EventPump, job: ClaimedJob, beat: _Heartbeat) -> Outcome:
+    if result.cancelled and beat.worker_stopped:
+        return Outcome(
+            JobState.FAILED,
+            TerminationReason.WORKER_LOST,
+            f"its worker stopped: {WORKER_STOPPING.reason}",
+            result.exit_code,
+        )
     if result.cancelled:
         return Outcome(JobState.CANCELLED, TerminationReason.USER_CANCELLED, "cancelled", result.exit_code)
     if result.timed_out:

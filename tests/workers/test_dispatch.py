@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -16,7 +18,8 @@ from app.core.db import session_scope
 from app.core.queue import send_job
 from app.jobs.maintenance import tick
 from app.models.job import Job
-from tests.conftest import WorkerProcess
+from tests.conftest import ROOT, WorkerProcess, worker_env
+from workers import proc
 
 Headers = dict[str, str]
 
@@ -135,6 +138,36 @@ def test_cancel_of_a_running_job_ends_its_process_group(
     assert done["termination_reason"] == "USER_CANCELLED"
     assert not _alive(pid)
     assert "line 0" in log_text(client, admin, job["id"])
+
+
+def test_a_worker_whose_eyas_up_died_stops_its_jobs_and_itself(
+    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """`eyas up` passes its pid; killed -9 it cannot stop its worker, which must not run on alone."""
+    up = proc.spawn([sys.executable, "-c", "import time; time.sleep(600)"])  # stands in for eyas up
+    try:
+        worker = start_worker("gpu-a", args=["--exit-with-pid", str(up.pid)])
+        job = submit(client, admin, params={"lines": 1, "sleep_s": 300})
+        stage_pid = wait_state(client, admin, job["id"], "running")["pid"]
+    finally:
+        up.kill()
+        up.wait()
+    done = wait_for(client, admin, job["id"], timeout=30)
+    assert done["state"] == "failed"
+    assert done["termination_reason"] == "WORKER_LOST"
+    assert f"the process it served (pid {up.pid}) ended" in done["message"]
+    assert not _alive(stage_pid)
+    worker.popen.wait(timeout=30)  # the worker itself is gone too, not waiting for a job that never ends
+    assert "stopping the running jobs and this worker" in worker.log()
+
+
+def test_exit_with_pid_must_name_a_running_process(settings: Settings) -> None:
+    result = subprocess.run(  # noqa: S603 - argv list
+        [sys.executable, "-m", "cli.main", "worker", "--host-name", "h", "--exit-with-pid", "999999999"],
+        capture_output=True, text=True, cwd=ROOT, env=worker_env(settings), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--exit-with-pid 999999999: no such process" in result.stderr
 
 
 def test_timeout_fails_the_job_and_keeps_its_last_lines(

@@ -1,7 +1,7 @@
 """Running a stage as several torchrun ranks, from inside the stage's own process.
 
 The worker starts every stage as one process: its log, its cancel and its events all go through it. A
-data-parallel stage (train on several GPUs) then starts torchrun through the process runner, with
+data-parallel stage (extract or train on several GPUs) then starts torchrun through the process runner, with
 `python -m workers.stage_main` as each rank's program. torchrun closes inherited file descriptors, so the
 ranks cannot write to the worker's event pipe: they write their events to a FIFO in the job's work dir,
 and this process forwards rank 0's progress, metrics and artifacts and turns the ranks' result, or the
@@ -25,10 +25,11 @@ from workers.params.common import DataParallelParams, StageParams
 from workers.proc import StartedProcess, run_command, signal_children
 from workers.stages.base import EventSink, StageCancelled, StageContext, StageError, TerminationReason
 
-# torchrun gives ranks 30 s to stop after SIGTERM; a rank saving the training state needs that much.
+# Ranks asked to stop finish their step and save the training state; past this, torchrun's group is ended.
 RANK_STOP_GRACE_S = 60.0
 _CHUNK = 1 << 16
-# Reasons that describe a rank's own failure; anything else may be the echo of a peer that died first.
+# Reasons that may only echo a peer that failed first (a broken collective, the teardown that followed);
+# any other reason names the failure itself.
 _ECHO_REASONS = {TerminationReason.STAGE_ERROR, TerminationReason.USER_CANCELLED}
 
 

@@ -24,21 +24,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.bench_extract import FULL  # noqa: E402
 from workers.ml.demo_assets import build_tokenizer, chat, write_jsonl  # noqa: E402
 from workers.params.extract import ExtractParams  # noqa: E402
 from workers.params.train import TrainParams  # noqa: E402
 from workers.stages import extract, train  # noqa: E402
 from workers.stages.base import RecordingSink, StageContext, StageError  # noqa: E402
 
-TARGET = {
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "vocab_size": 32000,
-    "max_position_embeddings": 4096,
-}
+# bench_extract's 1.5B shape with a 32k vocab (the drafter's lm_head rows come from the target's)
+TARGET = {**FULL, "vocab_size": 32000}
 
 
 def make_target(folder: Path) -> Path:

@@ -12,8 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import random_target, successor_extraction
 from workers.ml.hidden_store import hidden_path, write_safetensors
+from workers.ml.train_state import load_state
 from workers.params.train import TrainParams
 from workers.stages import train
 from workers.stages.base import RecordingSink, StageCancelled, StageContext, StageError, TerminationReason
@@ -100,6 +102,31 @@ def test_resume_continues_at_the_same_step_with_the_same_loss(
     assert set(continued) == {s for s in reference if s >= 6}
     for step, loss in continued.items():
         assert loss == pytest.approx(reference[step], rel=1e-5, abs=1e-6)
+
+
+def test_a_killed_run_resumes_from_its_last_periodic_save_with_the_same_losses(
+    learnable: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """SIGKILL (a lost worker, the OOM killer) gives no chance to save: the periodic in-epoch save must, and
+    what it saved must continue the run exactly."""
+    target, data = learnable
+    _, uninterrupted = _train(_params(target, data, tmp_path / "a"))
+    reference = _series(uninterrupted, "train/loss")
+
+    params = _params(target, data, tmp_path / "b", state_every_s=0.0)  # save after every step
+    killed = run_stage_process("train", params, tmp_path, kill_when=lambda line: line.startswith("step 7 "))
+    assert killed.result.exit_code == -9, killed.log
+    saved = load_state(tmp_path / "b")
+    assert saved is not None
+    step = saved["position"]["global_step"]
+    # "step 7" is logged just before step 7's save: the kill keeps step 6 or 7, mid-epoch one (the first
+    # epoch-end save would be step 16)
+    assert 6 <= step < max(reference) // 2
+    _, resumed = _train(params)
+    continued = _series(resumed, "train/loss")
+    assert min(continued) == step + 1
+    for at, loss in continued.items():
+        assert loss == pytest.approx(reference[at], rel=1e-5, abs=1e-6)
 
 
 def test_checkpoint_is_what_sglang_loads(learnable: tuple[Path, Path], tmp_path: Path) -> None:

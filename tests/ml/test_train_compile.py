@@ -3,18 +3,14 @@ costs a warning, never the run."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import TINY_CONFIG, successor_extraction
-from workers import proc
 from workers.params.train import TrainParams
 from workers.stages import train
 from workers.stages.base import RecordingSink, StageContext
@@ -60,31 +56,10 @@ def test_a_broken_compiler_falls_back_to_eager_with_a_warning(
 ) -> None:
     """A host whose C++ compiler is broken (CXX points at /bin/false): the stage runs as the worker runs it,
     a process of its own, and must warn and train eagerly."""
-    params_file = tmp_path / "params.json"
-    params_file.write_text(_params(extraction, tmp_path / "out", compile=True).model_dump_json())
-    read_fd, write_fd = os.pipe()
-    lines: list[tuple[str, str]] = []
-    events: list[dict[str, Any]] = []
-    reader = threading.Thread(target=lambda: events.extend(_read_events(read_fd)))
-    reader.start()
-    argv = [sys.executable, "-m", "workers.stage_main", "--kind", "train", "--params-file", str(params_file)]
-    argv += ["--event-fd", str(write_fd), "--work-dir", str(tmp_path)]
-    env = {**os.environ, "CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    try:
-        result = proc.run_command(
-            argv, on_line=lambda s, t: lines.append((s, t)), env=env, timeout_s=300, extra_fds=[write_fd]
-        )
-    finally:
-        os.close(write_fd)
-        reader.join()
-    log = "\n".join(text for _, text in lines)
-    assert result.exit_code == 0, log
-    assert "torch.compile of the drafter failed, training eagerly" in log
-    outcome = [e for e in events if e["type"] == "result"]
+    env = {"CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    run = run_stage_process("train", _params(extraction, tmp_path / "out", compile=True), tmp_path, env=env)
+    assert run.result.exit_code == 0, run.log
+    assert "torch.compile of the drafter failed, training eagerly" in run.log
+    outcome = run.of_type("result")
     assert outcome
     assert outcome[0]["result"]["global_step"] == 2
-
-
-def _read_events(fd: int) -> list[dict[str, Any]]:
-    with os.fdopen(fd, encoding="utf-8") as pipe:
-        return [json.loads(line) for line in pipe if line.strip()]

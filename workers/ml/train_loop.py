@@ -2,6 +2,8 @@
 
 It talks to its surroundings through `Reporter` (the stage context satisfies it) and `Checkpointer`, so it
 knows nothing of jobs, and a cancel or a `max_steps` stop always leaves a state file the run resumes from.
+Within an epoch the state is also saved every `state_every_s` seconds, so a crash (a killed worker, a lost
+host) costs at most that much training, not the epoch.
 Under torchrun every rank runs this loop in lockstep over its own share of the batches; statistics are
 summed over the ranks before they are reported, so the figures describe the whole global batch.
 """
@@ -44,6 +46,7 @@ class LoopPlan:
     seed: int
     log_every: int
     max_steps: int | None
+    state_every_s: float | None
     loader_workers: int
     pad_multiple: int
     total_steps: int
@@ -116,6 +119,7 @@ def _train_epoch(
         pad_multiple=plan.pad_multiple,
     )
     window, epoch_stats = _Window(), None
+    last_saved = time.monotonic()
     for batch in loader:
         try:
             loss, grad_norm, stats = trainer.step(
@@ -131,6 +135,9 @@ def _train_epoch(
         if position.global_step % plan.log_every == 0:
             _report_window(trainer, plan, position, reporter, window)
             window = _Window()
+        if plan.state_every_s is not None and time.monotonic() - last_saved >= plan.state_every_s:
+            save_state(position)
+            last_saved = time.monotonic()
         if plan.max_steps is not None and position.global_step >= plan.max_steps:
             save_state(position)
             reporter.log(f"stopping at max_steps={plan.max_steps}")

@@ -54,4 +54,10 @@ class TrainParams(DataParallelParams):
     seed: int = Field(0, ge=0)
     log_every: int = Field(1, ge=1, description="optimizer steps between metric reports")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (smoke runs)")
+    state_every_s: float | None = Field(
+        1800,
+        ge=0,
+        description="save the training state this often within an epoch (seconds; null: at epoch ends only), "
+        "so a crash costs at most this much training",
+    )
     loader_workers: int = Field(2, ge=0, le=64, description="DataLoader worker processes")

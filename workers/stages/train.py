@@ -293,6 +293,7 @@ def _loop_plan(
         seed=params.seed,
         log_every=params.log_every,
         max_steps=params.max_steps,
+        state_every_s=params.state_every_s,
         loader_workers=params.loader_workers,
         pad_multiple=CUDA_PAD_MULTIPLE if inputs.device.type == "cuda" else 1,
         total_steps=params.epochs * len(batches),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -221,8 +222,7 @@ def serving(argv: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
 
 
 def free_port() -> int:
-    import socket
-
+    """A port nothing listens on right now (the OS picks it), for a server a test starts."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

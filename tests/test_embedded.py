@@ -3,7 +3,6 @@ and a job submitted over HTTP that runs to the end."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from pathlib import Path
@@ -11,15 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import free_port
 from workers import proc
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,16 +22,11 @@ import psutil
 import psycopg
 import redis
 
+from tests.conftest import free_port
 from workers import proc
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("EYAS_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(check: object, timeout_s: float, what: str, interval_s: float = 0.1) -> float:

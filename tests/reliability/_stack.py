@@ -16,15 +16,8 @@ from app.hosts import repository as hosts_repo
 from app.models.base import utcnow
 from app.tokens import service as tokens
 from cli.local import db_upgrade
-from tests.conftest import worker_env
-from tests.reliability._services import (
-    EyasProcess,
-    PrivatePostgres,
-    PrivateRedis,
-    free_port,
-    start_api,
-    wait_until,
-)
+from tests.conftest import free_port, worker_env
+from tests.reliability._services import EyasProcess, PrivatePostgres, PrivateRedis, start_api, wait_until
 
 # Fast clocks so faults resolve in seconds: a job is lost 2 s after its last heartbeat, an unclaimed queued
 # job is re-sent after 2 s, the reaper/reconciler runs twice a second.

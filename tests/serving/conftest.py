@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,12 +16,6 @@ from tests.serving.serving_tiny_models import TinyPair, make_pair
 from workers.stages.base import RecordingSink, StageContext
 
 STANDIN_DIR = Path(__file__).parent / "standin"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

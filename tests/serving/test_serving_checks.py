@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving.conftest import free_port
+from tests.conftest import free_port
 from tests.serving.serving_tiny_models import TinyPair, make_pair
 from workers.params.launch import LaunchParams
 from workers.serving.checks import prepare_launch

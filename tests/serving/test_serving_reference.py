@@ -16,7 +16,8 @@ import psutil
 import pytest
 import torch
 
-from tests.serving.conftest import RecordingContext, StageThread, free_port, start_stage
+from tests.conftest import free_port
+from tests.serving.conftest import RecordingContext, StageThread, start_stage
 from tests.serving.serving_tiny_models import TinyPair
 from workers.params.benchmark import BenchmarkParams
 from workers.params.evaluate import EvalParams

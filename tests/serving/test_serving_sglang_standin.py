@@ -11,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from tests.serving.conftest import RecordingContext, free_port, start_stage
+from tests.conftest import free_port
+from tests.serving.conftest import RecordingContext, start_stage
 from tests.serving.serving_tiny_models import TinyPair
 from workers.params.launch import LaunchParams
 from workers.stages import launch as launch_stage

@@ -9,7 +9,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.serving.conftest import RecordingContext, free_port
+from tests.conftest import free_port
+from tests.serving.conftest import RecordingContext
 from tests.serving.serving_tiny_models import TinyPair
 from workers.params.benchmark import BenchmarkParams
 from workers.serving.sweep import format_table, release_gate

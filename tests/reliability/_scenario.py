@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from app.core.db import session_scope
 from app.models.job import Job
 from tests.reliability._load import JobFate, LoadClients, fates, state_counts, unfinished
-from tests.reliability._services import wait_until
+from tests.reliability._services import PrivatePostgres, PrivateRedis, wait_until
 from tests.reliability._stack import Stack
 
 HOSTS = ["rel-a", "rel-b"]
@@ -90,9 +90,11 @@ def _inject_faults(
 ) -> str:
     """Redis, then PostgreSQL, then the API, then a worker, `settle_s` apart; returns the killed worker."""
     time.sleep(settle_s)
-    report.windows.append(_restart_redis(stack, outage_s))
+    report.windows.append(
+        _restart(stack.redis, "redis", "redis restart (messages lost: no persistence)", outage_s)
+    )
     time.sleep(settle_s)
-    report.windows.append(_restart_postgres(stack, outage_s))
+    report.windows.append(_restart(stack.pg, "postgres", "postgresql restart (fast shutdown)", outage_s))
     time.sleep(settle_s)
     report.windows.append(_restart_api(stack))
     time.sleep(settle_s)
@@ -144,20 +146,12 @@ class Supervisor(threading.Thread):
         self.join(timeout=70)
 
 
-def _restart_redis(stack: Stack, outage_s: float) -> Window:
-    window = Window("redis restart (messages lost: no persistence)", datetime.now(UTC))
-    stack.redis.stop()
+def _restart(service: PrivateRedis | PrivatePostgres, name: str, label: str, outage_s: float) -> Window:
+    """Stop a service, leave it down for outage_s, start it; the window records how long the start took."""
+    window = Window(label, datetime.now(UTC))
+    service.stop()
     time.sleep(outage_s)
-    window.recovery_s["redis_start"] = round(stack.redis.start(), 3)
-    window.up_at = datetime.now(UTC)
-    return window
-
-
-def _restart_postgres(stack: Stack, outage_s: float) -> Window:
-    window = Window("postgresql restart (fast shutdown)", datetime.now(UTC))
-    stack.pg.stop()
-    time.sleep(outage_s)
-    window.recovery_s["postgres_start"] = round(stack.pg.start(), 3)
+    window.recovery_s[f"{name}_start"] = round(service.start(), 3)
     window.up_at = datetime.now(UTC)
     return window
 

@@ -28,27 +28,25 @@ from app.core.security import Scope  # noqa: E402
 from app.tokens import service as tokens  # noqa: E402
 from cli.local import db_upgrade  # noqa: E402
 from workers import proc  # noqa: E402
+from workers.serving.bench_stats import percentile  # noqa: E402
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
 
 
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def summary_ms(values_s: list[float]) -> dict[str, float]:
+    """n, p50, p99 and mean in milliseconds (percentiles as the serving benchmarks compute them)."""
     ms = [v * 1000 for v in values_s]
     return {
         "n": len(ms),
-        "p50_ms": round(percentile(ms, 50), 2),
-        "p99_ms": round(percentile(ms, 99), 2),
+        "p50_ms": _rounded(percentile(ms, 50)),
+        "p99_ms": _rounded(percentile(ms, 99)),
         "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan"),
     }
+
+
+def _rounded(value: float | None) -> float:
+    return round(value, 2) if value is not None else float("nan")
 
 
 def free_port() -> int:

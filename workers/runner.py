@@ -7,7 +7,6 @@ import json
 import logging
 import sys
 import threading
-import time
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -176,7 +175,7 @@ WORKER_STOPPING = WorkerStopping()
 
 
 class _Heartbeat(threading.Thread):
-    """Beats for the job every heartbeat_s; sets `cancel` once a cancel was requested, or at once when the
+    """Beats for the job every heartbeat_s; sets `cancel` at the next beat once a cancel was requested or the
     worker is stopping."""
 
     def __init__(self, settings: Settings, job_id: uuid.UUID, cancel: threading.Event) -> None:
@@ -186,24 +185,16 @@ class _Heartbeat(threading.Thread):
         self.worker_stopped = False
 
     def run(self) -> None:
-        while not self._wait_beat():
+        while not self._stop.wait(self.settings.heartbeat_s):
+            if WORKER_STOPPING.event.is_set() and not self.cancel.is_set():
+                self.worker_stopped = True
+                self.cancel.set()
             try:
                 with session_scope(self.settings) as session:
                     if lifecycle.heartbeat(session, job_id=self.job_id):
                         self.cancel.set()
             except Exception as exc:  # the database may be restarting; the next beat tries again
                 logger.warning("heartbeat for job %s failed: %s", self.job_id, exc)
-
-    def _wait_beat(self) -> bool:
-        """Wait one beat; True once stopped. A stopping worker cancels its job at once."""
-        deadline = time.monotonic() + self.settings.heartbeat_s
-        while (left := deadline - time.monotonic()) > 0:
-            if self._stop.wait(min(left, 0.2)):
-                return True
-            if WORKER_STOPPING.event.is_set() and not self.cancel.is_set():
-                self.worker_stopped = True
-                self.cancel.set()
-        return False
 
     def stop(self) -> None:
         self._stop.set()

@@ -16,7 +16,14 @@ from fastapi.testclient import TestClient
 
 from app.core.config import Settings
 from tests.conftest import WorkerProcess
-from tests.ml.tiny import TINY_CONFIG, chat, successor_extraction, successor_target, write_jsonl
+from tests.ml.tiny import (
+    TINY_CONFIG,
+    chat,
+    cpu_train_params,
+    successor_extraction,
+    successor_target,
+    write_jsonl,
+)
 from workers.ml.hidden_store import hidden_path, load_sample, read_manifest
 from workers.ml.train_state import STATE_FILE, load_state
 from workers.params.extract import ExtractParams
@@ -33,11 +40,10 @@ def _extraction(root: Path, conversations: int, words: int) -> tuple[Path, Path]
 
 def _params(target: Path, data: Path, output: Path, **overrides: Any) -> TrainParams:
     values = {
-        "target": str(target), "data": str(data), "output": str(output), "device": "cpu", "dtype": "float32",
         "ttt_steps": 2, "lr": 1e-2, "warmup_steps": 0, "schedule": "constant", "val_fraction": 0.0,
-        "draft_vocab_size": TINY_CONFIG["vocab_size"], "loader_workers": 0, **overrides,
+        "draft_vocab_size": TINY_CONFIG["vocab_size"], **overrides,
     }  # fmt: skip
-    return TrainParams(**values)
+    return cpu_train_params(target, data, output, **values)
 
 
 def _losses(sink: RecordingSink) -> dict[int, float]:

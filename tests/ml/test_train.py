@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import random_target, successor_extraction
+from tests.ml.tiny import cpu_train_params, random_target, successor_extraction
 from workers.ml.hidden_store import hidden_path, write_safetensors
 from workers.ml.train_state import load_state
 from workers.params.train import TrainParams
@@ -32,11 +32,10 @@ def learnable(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _params(target: Path, data: Path, output: Path, **overrides: Any) -> TrainParams:
     values = {
-        "target": str(target), "data": str(data), "output": str(output), "device": "cpu", "dtype": "float32",
         "epochs": 2, "ttt_steps": 3, "batch_size": 2, "lr": 1e-2, "warmup_steps": 0, "schedule": "cosine",
-        "draft_vocab_size": DRAFT_VOCAB, "val_fraction": 0.2, "loader_workers": 0, **overrides,
+        "draft_vocab_size": DRAFT_VOCAB, "val_fraction": 0.2, **overrides,
     }  # fmt: skip
-    return TrainParams(**values)
+    return cpu_train_params(target, data, output, **values)
 
 
 def _train(params: TrainParams, sink: RecordingSink | None = None) -> tuple[dict[str, Any], RecordingSink]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import TINY_CONFIG, successor_extraction
+from tests.ml.tiny import TINY_CONFIG, cpu_train_params, successor_extraction
 from workers.params.train import TrainParams
 from workers.stages import train
 from workers.stages.base import RecordingSink, StageContext
@@ -25,11 +25,10 @@ def extraction(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _params(extraction: tuple[Path, Path], output: Path, **overrides: Any) -> TrainParams:
     target, data = extraction
     values = {
-        "target": str(target), "data": str(data), "output": str(output), "device": "cpu", "dtype": "float32",
-        "ttt_steps": 2, "batch_size": 2, "max_steps": 2, "val_fraction": 0.0, "loader_workers": 0,
+        "ttt_steps": 2, "batch_size": 2, "max_steps": 2, "val_fraction": 0.0,
         "draft_vocab_size": TINY_CONFIG["vocab_size"], **overrides,
     }  # fmt: skip
-    return TrainParams(**values)
+    return cpu_train_params(target, data, output, **values)
 
 
 def _losses(sink: RecordingSink) -> dict[int, float]:

@@ -21,6 +21,7 @@ from workers.ml.demo_assets import (
     write_jsonl,
 )
 from workers.ml.demo_assets import successor_target as _demo_target
+from workers.params.train import TrainParams
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -31,6 +32,7 @@ __all__ = [
     "chat",
     "random_target",
     "successor_extraction",
+    "cpu_train_params",
     "save_target",
     "sentence",
     "successor",
@@ -78,3 +80,10 @@ def successor_extraction(
     )
     extract.run(StageContext(work_dir=root), params)
     return target, root / "hs"
+
+
+def cpu_train_params(target: Path, data: Path, output: Path, **values: Any) -> TrainParams:
+    """TrainParams for a CPU test: float32, no loader processes; the test names everything else (and may
+    override these)."""
+    defaults = {"device": "cpu", "dtype": "float32", "loader_workers": 0}
+    return TrainParams(target=str(target), data=str(data), output=str(output), **{**defaults, **values})

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import uuid
+from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
@@ -50,3 +53,27 @@ def _problem_text(response: httpx.Response) -> str:
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     typer.echo(message, err=True)
     sys.exit(code)
+
+
+def exit_code_for(state: str) -> int:
+    """The exit code of a command that waited for a job or pipeline to end in `state`."""
+    return {"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}.get(state, EXIT_JOB_FAILED)
+
+
+def parse_uuid(value: str, what: str) -> str:
+    """`value` as a canonical UUID, or a usage error naming `what` (job, pipeline…) it should identify."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        fail(f"{value!r} is not a {what} id (a UUID)")
+
+
+def load_json_object(file: Path) -> dict[str, Any]:
+    """A spec file's JSON object, or a usage error when it is unreadable or holds something else."""
+    try:
+        spec = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        fail(f"cannot read {file}: {exc}")
+    if not isinstance(spec, dict):
+        fail(f"{file} must hold a JSON object")
+    return spec

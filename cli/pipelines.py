@@ -10,22 +10,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cli.client import EXIT_JOB_CANCELLED, EXIT_JOB_FAILED, EXIT_OK, EXIT_TIMEOUT, Api, fail
+from cli.client import EXIT_TIMEOUT, Api, exit_code_for, load_json_object, parse_uuid
 from cli.remote import DEFAULT_URL, JsonOpt, TokenOpt, UrlOpt, console
 
 pipeline = typer.Typer(
     no_args_is_help=True, help="one request: extract → train → fix_keys → gpu_check → eval → benchmark"
 )
-
-
-def _load_spec(file: Path) -> dict[str, Any]:
-    try:
-        spec = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        fail(f"cannot read {file}: {exc}")
-    if not isinstance(spec, dict):
-        fail(f"{file} must hold a JSON object")
-    return spec
 
 
 @pipeline.command("run")
@@ -40,12 +30,13 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Start a pipeline."""
-    spec = {**_load_spec(file), "template": template}
-    created = Api(url, token).json("POST", "/v1/pipelines", json=spec)
+    spec = {**load_json_object(file), "template": template}
+    api = Api(url, token)
+    created = api.json("POST", "/v1/pipelines", json=spec)
     if not wait:
         _print(created, as_json)
         return
-    _wait(Api(url, token), created["id"], as_json, timeout=0)
+    _wait(api, created["id"], as_json, timeout=0)
 
 
 @pipeline.command("status")
@@ -102,14 +93,17 @@ def _wait(api: Api, pipeline_id: str, as_json: bool, timeout: float) -> None:
                 raise typer.Exit(EXIT_TIMEOUT)
             time.sleep(2)
     _print(current, as_json)
-    codes = {"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}
-    raise typer.Exit(codes.get(current["state"], EXIT_JOB_FAILED))
+    raise typer.Exit(exit_code_for(current["state"]))
 
 
 def _pct(job: dict[str, Any]) -> str:
-    if job["state"] == "running" and job.get("progress") is not None:
-        return f"{job['progress'] * 100:.0f}%"
-    return str(job["state"])
+    """A running step's progress, else its state (for the one-line summary while waiting)."""
+    progress = _percent(job)
+    return progress if job["state"] == "running" and progress else str(job["state"])
+
+
+def _percent(job: dict[str, Any]) -> str:
+    return f"{job['progress'] * 100:.0f}%" if job.get("progress") is not None else ""
 
 
 def _print(current: dict[str, Any], as_json: bool) -> None:
@@ -122,12 +116,11 @@ def _print(current: dict[str, Any], as_json: bool) -> None:
     )
     table = Table("step", "job", "state", "progress", "reason", "message")
     for job in current["jobs"]:
-        progress = f"{job['progress'] * 100:.0f}%" if job.get("progress") is not None else ""
         table.add_row(
             job.get("pipeline_step") or job["kind"],
             job["id"][:8],
             job["state"],
-            progress,
+            _percent(job),
             job.get("termination_reason") or "",
             (job.get("message") or "")[:80],
         )
@@ -135,12 +128,7 @@ def _print(current: dict[str, Any], as_json: bool) -> None:
 
 
 def _uuid(value: str) -> str:
-    import uuid
-
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        fail(f"{value!r} is not a pipeline id (a UUID)")
+    return parse_uuid(value, "pipeline")
 
 
 def demo(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,13 +15,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.client import (
-    EXIT_JOB_CANCELLED,
-    EXIT_JOB_FAILED,
-    EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_UNREACHABLE,
     Api,
+    exit_code_for,
     fail,
+    load_json_object,
+    parse_uuid,
 )
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="EYAS_URL", help="eyas API URL")]
@@ -30,13 +29,6 @@ TokenOpt = Annotated[str | None, typer.Option("--token", envvar="EYAS_TOKEN", he
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 DEFAULT_URL = "http://127.0.0.1:8000"
 console = Console()
-
-
-def _job_id(value: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        fail(f"{value!r} is not a job id (a UUID)")
 
 
 def parse_param(raw: str) -> tuple[str, Any]:
@@ -66,13 +58,7 @@ def submit(
     """Submit a job."""
     body: dict[str, Any] = {"kind": kind, "params": {}}
     if file is not None:
-        try:
-            spec = json.loads(file.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            fail(f"cannot read {file}: {exc}")
-        if not isinstance(spec, dict):
-            fail(f"{file} must hold a JSON object")
-        body.update(spec)
+        body.update(load_json_object(file))
         body["kind"] = kind
     body["params"].update(dict(parse_param(p) for p in param or []))
     if host:
@@ -86,12 +72,12 @@ def submit(
 
 def status(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """Show a job."""
-    _print_job(Api(url, token).json("GET", f"/v1/jobs/{_job_id(job_id)}"), as_json)
+    _print_job(Api(url, token).json("GET", f"/v1/jobs/{parse_uuid(job_id, 'job')}"), as_json)
 
 
 def cancel(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """Cancel a job (queued: at once; running: its process group is ended)."""
-    _print_job(Api(url, token).json("POST", f"/v1/jobs/{_job_id(job_id)}/cancel"), as_json)
+    _print_job(Api(url, token).json("POST", f"/v1/jobs/{parse_uuid(job_id, 'job')}/cancel"), as_json)
 
 
 def wait(
@@ -104,7 +90,7 @@ def wait(
     """Wait for a job to end. Exit 0 succeeded, 1 failed, 3 cancelled, 4 timed out, 5 API unreachable."""
     api = Api(url, token, timeout_s=90)
     deadline = time.monotonic() + timeout if timeout else None
-    job_path = f"/v1/jobs/{_job_id(job_id)}"
+    job_path = f"/v1/jobs/{parse_uuid(job_id, 'job')}"
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -135,7 +121,7 @@ def wait(
 def _exit_code(job: dict[str, Any]) -> int:
     if not job["terminal"]:
         return EXIT_TIMEOUT
-    return {"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}.get(job["state"], EXIT_JOB_FAILED)
+    return exit_code_for(job["state"])
 
 
 def hosts(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
@@ -159,7 +145,7 @@ def logs(
 ) -> None:
     """Print a job's log; with -f follow it live and exit with the job's outcome."""
     api = Api(url, token)
-    job_id = _job_id(job_id)
+    job_id = parse_uuid(job_id, "job")
     params: dict[str, Any] = {"tail": tail} if tail else {"limit": 5000}
     page = api.json("GET", f"/v1/jobs/{job_id}/logs", params=params)
     for line in page["lines"]:
@@ -173,7 +159,7 @@ def logs(
             cursor = page["next_cursor"]
     if follow:
         state = _follow(api, job_id, cursor)
-        raise typer.Exit({"succeeded": EXIT_OK, "cancelled": EXIT_JOB_CANCELLED}.get(state, EXIT_JOB_FAILED))
+        raise typer.Exit(exit_code_for(state))
 
 
 def _follow(api: Api, job_id: str, cursor: int) -> str:
@@ -266,5 +252,5 @@ def token_list(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonO
 
 def token_revoke(token_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
     """Revoke a token (admin); it stops working at once."""
-    Api(url, token).json("POST", f"/v1/tokens/{_job_id(token_id)}/revoke")
+    Api(url, token).json("POST", f"/v1/tokens/{parse_uuid(token_id, 'token')}/revoke")
     typer.echo(f"revoked {token_id}")

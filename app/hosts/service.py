@@ -78,7 +78,7 @@ def place(session: Session, settings: Settings, *, gpus: int, host: str | None) 
     return min(pool, key=lambda h: (leased[h.name] - h.gpu_count, h.name)).name
 
 
-def gpus_available_or_none(session: Session, *, host: str | None, wanted: int) -> int:
+def gpus_if_present(session: Session, *, host: str | None, wanted: int) -> int:
     """`wanted` if the named host (or, with none named, some registered host) has that many GPUs, else 0."""
     if host is not None:
         known = repository.get(session, host)

@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,7 +38,7 @@ def submit_job(
     pipeline_id: uuid.UUID | None = None,
 ) -> tuple[Job, bool]:
     """Create a job (or return the one an idempotency key already made). Returns (job, created)."""
-    body_hash = _body_hash(spec)
+    body_hash = request_hash(spec)
     if idempotency_key is not None:
         existing = replayed_job(session, principal, idempotency_key, body_hash)
         if existing is not None:
@@ -49,7 +49,7 @@ def submit_job(
     if conflict is not None:
         raise AppError(ErrorCode.INVALID_PARAMS, conflict, errors=[{"field": "gpus", "message": conflict}])
     if spec.gpus is None and gpus and params.gpus_optional():
-        gpus = hosts_service.gpus_available_or_none(session, host=spec.host, wanted=gpus)
+        gpus = hosts_service.gpus_if_present(session, host=spec.host, wanted=gpus)
     host = hosts_service.place(session, settings, gpus=gpus, host=spec.host)
     _check_paths_allowed(session, host, params)
     deps = _checked_dependencies(session, spec.depends_on)
@@ -150,7 +150,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise AppError(ErrorCode.VALIDATION_FAILED, "cursor is not one this API returned") from None
 
 
-def _body_hash(spec: JobCreate) -> str:
+def request_hash(spec: BaseModel) -> str:
+    """A digest of the request body, to tell an Idempotency-Key's replay from a different request."""
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -3,8 +3,6 @@ Services never commit."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 
 from sqlalchemy.orm import Session
@@ -38,7 +36,7 @@ def create_pipeline(
 
     Returns (pipeline, created); a replayed Idempotency-Key returns the pipeline it made."""
     key = f"pipeline:{idempotency_key}" if idempotency_key else None
-    body_hash = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+    body_hash = jobs.request_hash(spec)
     if key is not None:
         first = jobs.replayed_job(session, principal, key, body_hash)
         if first is not None and first.pipeline_id is not None:

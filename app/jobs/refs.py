@@ -22,13 +22,8 @@ def ref(job_id: uuid.UUID, artifact_kind: str) -> dict[str, str]:
 
 def referenced(session: Session, job: Job) -> list[Artifact]:
     """The exact artifacts the job's params were filled from (its lineage parents)."""
-    found = []
-    for source in (job.param_refs or {}).values():
-        made_by = artifacts.for_jobs(session, [uuid.UUID(source["job"])])
-        produced = [a for a in made_by if a.kind == source["artifact"]]
-        if produced:
-            found.append(max(produced, key=lambda a: a.created_at))
-    return found
+    found = (_newest(session, source) for source in (job.param_refs or {}).values())
+    return [artifact for artifact in found if artifact is not None]
 
 
 def resolve(session: Session, job: Job) -> dict[str, Any] | None:
@@ -37,14 +32,19 @@ def resolve(session: Session, job: Job) -> dict[str, Any] | None:
         return None
     params = _deep_copy(job.params)
     for dotted, source in job.param_refs.items():
-        made_by = artifacts.for_jobs(session, [uuid.UUID(source["job"])])
-        produced = [a for a in made_by if a.kind == source["artifact"]]
-        if not produced:
+        newest = _newest(session, source)
+        if newest is None:
             kind = source["artifact"]
             raise MissingArtifact(f"job {source['job']} produced no {kind} artifact for {dotted}")
-        newest = max(produced, key=lambda a: a.created_at)
         _set(params, dotted.split("."), newest.path)
     return params
+
+
+def _newest(session: Session, source: dict[str, str]) -> Artifact | None:
+    """The newest artifact of the referenced kind that the referenced job produced."""
+    made_by = artifacts.for_jobs(session, [uuid.UUID(source["job"])])
+    produced = [a for a in made_by if a.kind == source["artifact"]]
+    return max(produced, key=lambda a: a.created_at) if produced else None
 
 
 def _set(params: dict[str, Any], path: list[str], value: str) -> None:

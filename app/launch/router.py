@@ -46,10 +46,10 @@ async def render_get(
 async def _render(body: RenderRequest, request: Request, principal: Principal) -> RenderResult:
     settings = request.app.state.settings
 
-    def submit() -> str:
+    def submit() -> uuid.UUID:
         with session_scope(settings) as session:
-            return str(service.submit_dry_run(session, settings, body=body, principal=principal).id)
+            return service.submit_dry_run(session, settings, body=body, principal=principal).id
 
     job_id = await run_in_threadpool(submit)
-    job = await wait_terminal(settings, uuid.UUID(job_id), body.timeout, request)
+    job = await wait_terminal(settings, job_id, body.timeout, request)
     return service.result_of(job)

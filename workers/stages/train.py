@@ -8,6 +8,7 @@ training state.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from workers.ml.vocab import d2t_offsets, draft_token_ids
 from workers.params.train import TrainParams
 from workers.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from workers.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from workers.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 RUN_FILE = "run.json"
@@ -165,7 +167,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         ) from None
     if not ranks.is_main:
         return {"rank": ranks.rank}
-    return _result(ctx, inputs.output, position, params, drafter)
+    return _result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
 
 
 def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
@@ -181,7 +183,7 @@ def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
         data=ctx.check_path(params.data),
         target=target,
         output=output,
-        target_config=json.loads(config_path.read_text()),
+        target_config=read_user_json_object(config_path, Cap.CONFIG, "target config.json"),
         device=torch.device("cuda", ranks.local_rank) if params.device == "cuda" else torch.device("cpu"),
         dtype=DTYPES[params.dtype],
     )
@@ -302,24 +304,40 @@ def _loop_plan(
 
 def _record_epoch(output: Path, params: TrainParams, summary: dict[str, float]) -> None:
     path = output / RUN_FILE
-    record: dict[str, Any] = {"params": params.model_dump(), "epochs": []}
-    if path.exists():
-        record = json.loads(path.read_text())
+    record = _read_run(output) or {"params": params.model_dump(), "epochs": []}
     epochs: list[dict[str, float]] = record["epochs"]
     record["epochs"] = [e for e in epochs if e.get("epoch") != summary["epoch"]] + [summary]
     path.write_text(json.dumps(record, indent=2) + "\n")
 
 
+def _read_run(output: Path) -> dict[str, Any] | None:
+    path = output / RUN_FILE
+    return read_user_json_object(path, Cap.CONFIG, RUN_FILE) if os.path.lexists(path) else None
+
+
 def _result(
-    ctx: StageContext, output: Path, position: RunPosition, params: TrainParams, drafter: Eagle3Drafter
+    ctx: StageContext,
+    output: Path,
+    position: RunPosition,
+    params: TrainParams,
+    drafter: Eagle3Drafter,
+    *,
+    total_steps: int,
 ) -> dict[str, Any]:
     last = output / f"epoch_{position.epoch}" if position.epoch else None
-    record = json.loads((output / RUN_FILE).read_text()) if (output / RUN_FILE).exists() else {"epochs": []}
+    record = _read_run(output) or {"epochs": []}
+    completed = position.epoch >= params.epochs
+    # A max_steps stop ends the job but not the planned run: its progress is the share of planned steps done,
+    # so a dashboard does not show a partial run as complete (resuming with a larger max_steps continues it).
     ctx.progress(
-        1.0 if position.epoch >= params.epochs else position.global_step / max(1, position.global_step),
-        "done",
+        1.0 if completed else min(1.0, position.global_step / max(1, total_steps)),
+        "done"
+        if completed
+        else f"stopped at max_steps={params.max_steps}: {position.global_step} of {total_steps} planned steps",
     )
     return {
+        "completed": completed,
+        "total_steps": total_steps,
         "output": str(output),
         "checkpoint": str(last) if last else None,
         "epochs_done": position.epoch,

@@ -1,4 +1,4 @@
-"""The train stage's final progress: complete runs say 1.0, a max_steps stop says how much of the plan is done."""
+"""The train stage's final progress: 1.0 for a whole run, the share of planned steps after max_steps."""
 
 from __future__ import annotations
 

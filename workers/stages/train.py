@@ -329,11 +329,12 @@ def _result(
     completed = position.epoch >= params.epochs
     # A max_steps stop ends the job but not the planned run: its progress is the share of planned steps done,
     # so a dashboard does not show a partial run as complete (resuming with a larger max_steps continues it).
+    stopped = (
+        f"stopped at max_steps={params.max_steps}: {position.global_step} of {total_steps} planned steps"
+    )
     ctx.progress(
         1.0 if completed else min(1.0, position.global_step / max(1, total_steps)),
-        "done"
-        if completed
-        else f"stopped at max_steps={params.max_steps}: {position.global_step} of {total_steps} planned steps",
+        "done" if completed else stopped,
     )
     return {
         "completed": completed,

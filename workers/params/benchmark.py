@@ -40,6 +40,14 @@ class BenchmarkParams(StageParams):
         None, description="the depth the release gate judges (default: fastest)"
     )
     speedup_threshold: float = Field(1.0, ge=0, description="deployable only above this speedup")
+    smoke: bool = Field(
+        True,
+        description="sweep: a load smoke test on each server before measuring (greedy requests; fails on a "
+        "dead server, acceptance ~1.0, or outputs that leave the baseline's beyond a numerical near-tie)",
+    )
+    smoke_min_accept_length: float = Field(
+        1.05, ge=1.0, le=64, description="sweep smoke: acceptance under this means the draft is not working"
+    )
 
     @model_validator(mode="after")
     def _mode_fields(self) -> BenchmarkParams:

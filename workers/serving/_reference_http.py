@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,20 @@ def _load_or_exit(engine: ReferenceEngine, server: ThreadingHTTPServer) -> None:
         engine.load_error = f"{type(exc).__name__}: {exc}"
         log.error("Initialization failed: %s\n%s", engine.load_error, traceback.format_exc())
         server.shutdown()
+
+
+def _generate_or_die(
+    engine: ReferenceEngine, request: GenerateRequest, on_step: Any = None
+) -> GenerateOutcome:
+    """A failure inside decoding ends the server, as an exception in SGLang's scheduler does: the traceback
+    after SGLang's `Scheduler hit an exception` line, then the process exits with status 1."""
+    try:
+        return engine.generate(request, on_step)
+    except Exception:  # noqa: BLE001 - any decoding failure is fatal, as in SGLang
+        log.error("Scheduler hit an exception: %s", traceback.format_exc().rstrip())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def _handler_for(engine: ReferenceEngine) -> type[BaseHTTPRequestHandler]:
@@ -132,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise BadRequest("streaming a batch is not supported by the reference engine")
             self._stream(requests[0])
             return
-        answers = [self._answer(self.engine.generate(request)) for request in requests]
+        answers = [self._answer(_generate_or_die(self.engine, request)) for request in requests]
         self._send_json(200, answers if batched else answers[0])
 
     def _answer(self, outcome: GenerateOutcome) -> dict[str, Any]:
@@ -159,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_event({"text": None, "output_ids": list(produced), "meta_info": meta})
 
         try:
-            outcome = self.engine.generate(request, on_step)
+            outcome = _generate_or_die(self.engine, request, on_step)
             self._send_event(self._answer(outcome))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

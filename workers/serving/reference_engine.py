@@ -12,6 +12,7 @@ ready lines.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from workers.serving._engine_stats import DecodeBatchLog, SpecCounters
@@ -61,6 +63,9 @@ class ReferenceEngine:
         self.options = options
         self.ready = threading.Event()
         self.load_error: str | None = None
+        self.dtype_fault: str | None = (
+            None  # what SGLang 0.5.14's draft fc would raise (see sglang_dtype_fault)
+        )
         self.models: LoadedModels | None = None
         self.counters = SpecCounters()
         self._lock = threading.Lock()
@@ -87,6 +92,8 @@ class ReferenceEngine:
         device, dtype = pick_device(options.device), DTYPES[options.dtype]
         log.info("Load weight begin. device=%s, dtype=%s", device, options.dtype)
         self.models = load_models(options.model, options.draft, device=device, dtype=dtype)
+        if options.draft:
+            self.dtype_fault = sglang_dtype_fault(options.model, options.draft)
         kinds = type(self.models.target).__name__ + (", Eagle3Drafter" if self.models.drafter else "")
         log.info("Load weight end. elapsed=%.2f s, type=%s", time.monotonic() - started, kinds)
         self.generate(GenerateRequest([0], max_new_tokens=1), on_step=None, count=False)
@@ -106,6 +113,8 @@ class ReferenceEngine:
             self._queued -= 1
             started = time.monotonic()
             step_hook = self._step_hook(len(request.prompt_ids), on_step) if count else on_step
+            if models.drafter is not None and self.dtype_fault and count:
+                raise RuntimeError(self.dtype_fault)
             if models.drafter is None:
                 result = greedy_decode(models.target, request.prompt_ids, limits, step_hook)
             else:
@@ -181,6 +190,38 @@ class ReferenceEngine:
             "internal_states": [state],
             "version": ENGINE_NAME,
         }
+
+
+_DTYPE_NAMES = {"bfloat16": "c10::BFloat16", "float16": "c10::Half", "float32": "c10::Half"}
+
+
+def sglang_model_dtype(config: dict[str, Any]) -> str:
+    """The dtype SGLang 0.5.14 builds a model in (--dtype auto): the config's torch_dtype (transformers 5
+    also reads `dtype`); none, or float32, becomes float16."""
+    declared = str(config.get("torch_dtype") or config.get("dtype") or "float16").removeprefix("torch.")
+    return "float16" if declared == "float32" else declared
+
+
+def sglang_dtype_fault(model: str, draft: str) -> str | None:
+    """The error SGLang 0.5.14 raises at the first speculative forward when the draft's dtype differs from
+    the target's (measured on an H200: a draft config without torch_dtype is built in float16 and the
+    scheduler dies in llama_eagle3.py `self.fc` with a bf16 target). The reference engine computes in one
+    dtype, so it raises the same error itself, rather than serving a draft that SGLang cannot."""
+
+    def config(folder: str) -> dict[str, Any]:
+        loaded = json.loads((Path(folder) / "config.json").read_text())
+        text = loaded.get("text_config")
+        return {**loaded, **text} if isinstance(text, dict) else loaded
+
+    target_dtype, draft_dtype = sglang_model_dtype(config(model)), sglang_model_dtype(config(draft))
+    if target_dtype == draft_dtype:
+        return None
+    names = _DTYPE_NAMES.get(target_dtype, target_dtype), _DTYPE_NAMES.get(draft_dtype, draft_dtype)
+    return (
+        f"expected mat1 and mat2 to have the same dtype, but got: {names[0]} != {names[1]} "
+        f"(reference engine, as SGLang 0.5.14: target built in {target_dtype}, draft in {draft_dtype}; "
+        "a draft config without torch_dtype is built in float16)"
+    )
 
 
 def _spec_meta(result: DecodeResult) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from workers.serving.benchmarking import BenchmarkRun, benchmark_server, load_op
 from workers.serving.lifecycle import checked_launch, launched_server
 from workers.serving.load_client import RequestRecord
 from workers.serving.prompts import Prompt
+from workers.serving.smoke import SmokeOptions, SweepSmoke
 from workers.stages.base import StageContext, StageError, TerminationReason
 
 GPU_RELEASE_TIMEOUT_S = 30.0
@@ -39,10 +40,11 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
     assert params.launch is not None
     runs: list[SweepRun] = []
     plan: list[int | None] = [None, *params.depths]
+    smoke = _smoke(params)
     for number, depth in enumerate(plan):
         ctx.check_cancelled()
         ctx.progress(number / len(plan), f"{_label(depth)}: launching")
-        runs.append(SweepRun(depth, _launch_and_measure(ctx, params, prompts, depth)))
+        runs.append(SweepRun(depth, _launch_and_measure(ctx, params, prompts, depth, smoke)))
         ctx.sink.emit({"type": "benchmark_row", **comparison_rows(runs)[-1]})
     rows = comparison_rows(runs)
     gate = release_gate(rows, params.chosen_depth, params.speedup_threshold)
@@ -54,8 +56,20 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
     }
 
 
+def _smoke(params: BenchmarkParams) -> SweepSmoke | None:
+    """The load smoke test every server of the sweep passes before it is measured (params.smoke)."""
+    if not params.smoke or params.launch is None:
+        return None
+    options = SmokeOptions(min_accept_length=params.smoke_min_accept_length, scorer_device="cpu")
+    return SweepSmoke(params.launch.model, options)
+
+
 def _launch_and_measure(
-    ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prompt], depth: int | None
+    ctx: StageContext,
+    params: BenchmarkParams,
+    prompts: Sequence[Prompt],
+    depth: int | None,
+    smoke: SweepSmoke | None = None,
 ) -> BenchmarkRun:
     assert params.launch is not None
     spec: LaunchParams = params.launch.model_copy(
@@ -63,6 +77,8 @@ def _launch_and_measure(
     )
     rendered = checked_launch(ctx, spec)
     with launched_server(ctx, spec, rendered) as server:
+        if smoke is not None:
+            smoke.check(ctx, server, depth)  # raises a StageError: the job fails before any measurement
         ctx.log(f"{_label(depth)}: ready after {server.ready_after_s:.1f} s; benchmarking")
         measured = benchmark_server(
             server.url,

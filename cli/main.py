@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import checkpoints, local, pipelines, remote
+from cli import checkpoints, launch, local, pipelines, remote
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=True, help="eyas: train EAGLE-3 drafters, serve them with SGLang."
@@ -23,6 +23,7 @@ app.command()(remote.hosts)
 app.command()(remote.logs)
 app.command()(checkpoints.doctor)
 app.command("fix-keys")(checkpoints.fix_keys)
+app.command()(launch.launch)
 token.command("create")(remote.token_create)
 token.command("bootstrap")(local.token_bootstrap)
 token.command("list")(remote.token_list)

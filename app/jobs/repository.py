@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import ColumnElement, and_, false, func, not_, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.jobs.states import ACTIVE, JobState
+from app.models.base import utcnow
 from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
 
 
@@ -36,9 +37,14 @@ def page(
     pipeline_id: uuid.UUID | None,
     after: tuple[datetime, uuid.UUID] | None,
     limit: int,
+    include_dry_runs: bool = False,
 ) -> list[Job]:
-    """Newest first; `after` is the (created_at, id) of the last row of the previous page."""
+    """Newest first; `after` is the (created_at, id) of the last row of the previous page. Dry-run launches
+    (POST /v1/launch/render) are left out unless `include_dry_runs`."""
     query = select(Job)
+    if not include_dry_runs:
+        dry_run = func.coalesce(Job.params["dry_run"].as_boolean(), false())
+        query = query.where(not_(and_(Job.kind == "launch", dry_run)))
     if kind:
         query = query.where(Job.kind == kind)
     if state:
@@ -79,8 +85,26 @@ def pending_dependents(session: Session, job_id: uuid.UUID) -> list[Job]:
     return list(session.scalars(query))
 
 
-def stale_active(session: Session, heartbeat_before: datetime) -> list[Job]:
-    query = select(Job).where(Job.state.in_([s.value for s in ACTIVE]), Job.heartbeat_at < heartbeat_before)
+def _db_now(session: Session) -> ColumnElement[datetime] | datetime:
+    """The database's clock on PostgreSQL, so heartbeats and the reaper's judgement share one clock whatever
+    the hosts' clocks say; SQLite is only ever local (embedded mode), where this machine's clock is that."""
+    return func.now() if session.get_bind().dialect.name == "postgresql" else utcnow()
+
+
+def stale_active(session: Session, lost_after_s: float) -> list[Job]:
+    """Active jobs with no heartbeat for lost_after_s, by the database's clock.
+
+    Time while the database itself was down is not held against a job: nobody could write a heartbeat
+    then, so on PostgreSQL the period counts from the server's (re)start at the earliest.
+    """
+    period = timedelta(seconds=lost_after_s)
+    now = _db_now(session)
+    last_sign = (
+        func.greatest(Job.heartbeat_at, func.pg_postmaster_start_time())
+        if session.get_bind().dialect.name == "postgresql"
+        else Job.heartbeat_at
+    )
+    query = select(Job).where(Job.state.in_([s.value for s in ACTIVE]), last_sign < now - period)
     return list(session.scalars(query))
 
 
@@ -106,16 +130,21 @@ def mark_dispatched(session: Session, job_id: uuid.UUID, at: datetime) -> None:
     )
 
 
-def touch_heartbeat(session: Session, job_id: uuid.UUID, at: datetime) -> tuple[str, datetime | None] | None:
-    """Record a heartbeat on an active job; returns (state, cancel_requested_at) or None if not active."""
+def touch_heartbeat(
+    session: Session, job_id: uuid.UUID, worker: str
+) -> tuple[str, datetime | None, str | None] | None:
+    """Record a heartbeat (database clock) on an active job this worker holds; returns the job's
+    (state, cancel_requested_at, worker), or None if there is no such job."""
     session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.state.in_([s.value for s in ACTIVE]))
-        .values(heartbeat_at=at)
+        .where(Job.id == job_id, Job.state.in_([s.value for s in ACTIVE]), Job.worker == worker)
+        .values(heartbeat_at=_db_now(session))
         .execution_options(synchronize_session=False)
     )
-    row = session.execute(select(Job.state, Job.cancel_requested_at).where(Job.id == job_id)).one_or_none()
-    return (row[0], row[1]) if row else None
+    row = session.execute(
+        select(Job.state, Job.cancel_requested_at, Job.worker).where(Job.id == job_id)
+    ).one_or_none()
+    return (row[0], row[1], row[2]) if row else None
 
 
 def orphan_candidates(session: Session, host: str) -> list[Job]:

@@ -53,10 +53,20 @@ def list_jobs(
     pipeline_id: uuid.UUID | None = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    include_dry_runs: Annotated[
+        bool, Query(description="also list dry-run launches (POST /v1/launch/render); hidden by default")
+    ] = False,
 ) -> JobPage:
-    """List jobs, newest first, with cursor pagination."""
+    """List jobs, newest first, with cursor pagination (dry-run launches only with include_dry_runs=true)."""
     rows, next_cursor = service.list_jobs(
-        session, kind=kind, state=state, host=host, pipeline_id=pipeline_id, cursor=cursor, limit=limit
+        session,
+        kind=kind,
+        state=state,
+        host=host,
+        pipeline_id=pipeline_id,
+        cursor=cursor,
+        limit=limit,
+        include_dry_runs=include_dry_runs,
     )
     return JobPage(items=[JobRead.of(j) for j in rows], next_cursor=next_cursor)
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.errors import AppError, ErrorCode
+from app.core.errors import AppError, ErrorCode, error_message
 from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
 from app.hosts import repository as hosts_repo
@@ -79,7 +79,11 @@ def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
         return STAGE_SPECS[kind].params_model().model_validate(raw)
     except ValidationError as exc:
         errors = [
-            {"field": ".".join(["params", *map(str, e["loc"])]), "message": e["msg"], "type": e["type"]}
+            {
+                "field": ".".join(["params", *map(str, e["loc"])]),
+                "message": error_message(e),
+                "type": e["type"],
+            }
             for e in exc.errors()
         ]
         first = errors[0]
@@ -104,10 +108,18 @@ def list_jobs(
     pipeline_id: uuid.UUID | None,
     cursor: str | None,
     limit: int,
+    include_dry_runs: bool = False,
 ) -> tuple[list[Job], str | None]:
     after = decode_cursor(cursor) if cursor else None
     rows = repository.page(
-        session, kind=kind, state=state, host=host, pipeline_id=pipeline_id, after=after, limit=limit + 1
+        session,
+        kind=kind,
+        state=state,
+        host=host,
+        pipeline_id=pipeline_id,
+        after=after,
+        limit=limit + 1,
+        include_dry_runs=include_dry_runs,
     )
     more = len(rows) > limit
     rows = rows[:limit]

@@ -16,6 +16,7 @@ from workers.serving.checks import prepare_launch
 from workers.serving.findings import Finding, Severity
 from workers.serving.host_checks import check_shm, stale_shm_segments
 from workers.serving.render import HostFacts
+from workers.serving.tensor_parallel import check_tp_size, tp_fits, valid_tp_sizes
 
 GPU_HOST = HostFacts(python="/usr/bin/python3", sglang_version="0.5.14", gpu_count=1, on_host=True)
 
@@ -138,3 +139,68 @@ def test_too_little_free_shared_memory_is_an_error(shm: Path) -> None:
     finding = by_code(check_shm(shm, min_free_mib=int(free_mib) + 1024), "SHM_LOW")
     assert finding.severity is Severity.ERROR
     assert check_shm(shm, min_free_mib=0) == []
+
+
+def test_a_dry_run_is_judged_against_the_gpus_the_host_would_give(tiny_pair: TinyPair, shm: Path) -> None:
+    no_lease = HostFacts(python="/usr/bin/python3", sglang_version="0.5.14", gpu_count=0, on_host=True)
+
+    def dry(host_gpus: int, **fields: object) -> list[Finding]:
+        params = launch(tiny_pair, dry_run=True, **fields)
+        return prepare_launch(
+            params, host=no_lease, gpus=(), shm_dir=shm, use_sglang_parser=False, host_gpu_count=host_gpus
+        ).findings
+
+    assert "TP_EXCEEDS_GPUS" not in {f.code for f in dry(1)}
+    assert "TP_EXCEEDS_GPUS" not in {f.code for f in dry(2, tp_size=2)}
+    assert "this host has 1 " in by_code(dry(1, tp_size=2), "TP_EXCEEDS_GPUS").message
+    assert "use engine reference" in by_code(dry(0), "TP_EXCEEDS_GPUS").fix
+    assert (
+        by_code(dry(1, engine="auto"), "ENGINE_AUTO").severity is Severity.INFO
+    )  # sglang, as a launch would
+    assert by_code(dry(1, engine="auto", tp_size=2), "ENGINE_AUTO_REFERENCE")  # a launch would get no GPU
+    real = launch(tiny_pair)  # not a dry run: the job's own lease counts, whatever the host has
+    held = prepare_launch(
+        real, host=no_lease, gpus=(), shm_dir=shm, use_sglang_parser=False, host_gpu_count=8
+    )
+    assert "the job holds 0" in by_code(held.findings, "TP_EXCEEDS_GPUS").message
+
+
+def test_tp_size_must_split_the_attention_and_kv_heads_as_sglang_asserts(
+    own_pair: TinyPair, shm: Path
+) -> None:
+    rewrite_config(own_pair.target, num_attention_heads=4, num_key_value_heads=4)
+    finding = by_code(prepared(launch(own_pair, tp_size=3), shm, gpus=(0, 1, 2)), "TP_SIZE_HEADS_MISMATCH")
+    assert finding.severity is Severity.ERROR
+    assert "the target has 4 attention heads and 4 KV heads" in finding.message
+    assert finding.fix.startswith("use tp_size 1, 2")
+    assert "TP_SIZE_HEADS_MISMATCH" not in {
+        f.code for f in prepared(launch(own_pair, tp_size=2), shm, (0, 1))
+    }
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "tp_size", "fits"),
+    [
+        (4, 4, 3, False),  # attention heads % tp
+        (32, 8, 16, True),  # more ranks than KV heads: 16 % 8 == 0, KV heads replicated
+        (24, 4, 6, False),  # 4 KV heads < 6 ranks and 6 % 4 != 0
+        (24, 8, 6, False),  # 8 KV heads >= 6 ranks and 8 % 6 != 0
+        (24, 3, 6, True),  # 3 KV heads, each replicated on 2 of 6 ranks
+        (8, 1, 8, True),  # multi-query attention
+    ],
+)
+def test_sglangs_head_rule(heads: int, kv_heads: int, tp_size: int, fits: bool) -> None:
+    assert tp_fits(tp_size, heads, kv_heads) is fits
+    config = {"num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    assert (check_tp_size(tp_size, config, None) == []) is fits
+    assert tp_size in valid_tp_sizes((heads, kv_heads)) or not fits
+
+
+def test_the_draft_is_held_to_the_rule_and_kv_heads_default_to_the_attention_heads() -> None:
+    target = {"text_config": {"num_attention_heads": 8, "num_key_value_heads": 8}}
+    draft = {"num_attention_heads": 6}  # no num_key_value_heads: 6 KV heads, as transformers reads it
+    (finding,) = check_tp_size(4, target, draft)
+    assert "the draft has 6 attention heads and 6 KV heads" in finding.message
+    assert "target" not in finding.message.split(".")[0]
+    assert finding.fix == "use tp_size 1 or 2"
+    assert check_tp_size(4, {}, None) == []  # a config without heads says nothing

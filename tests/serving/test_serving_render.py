@@ -252,3 +252,21 @@ def test_auto_engine_resolves_on_the_host() -> None:
 def test_wildcard_bind_is_reached_on_loopback() -> None:
     assert render_launch(spec(depth=3, host="0.0.0.0", port=31001)).url == "http://127.0.0.1:31001"
     assert flag_value(render_launch(spec(depth=3, host="0.0.0.0")).argv, "--host") == "0.0.0.0"
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "--version", "--hel", "--help=x"])
+def test_flags_that_print_and_exit_are_refused_with_and_without_sglangs_parser(flag: str) -> None:
+    with pytest.raises(ValidationError, match="exits"):
+        spec(depth=3, extra_args=[flag])
+    for use_parser in (True, False):
+        rendered = render_launch(unvalidated(depth=3, extra_args=[flag]), use_sglang_parser=use_parser)
+        assert "FLAG_EXITS_WITHOUT_SERVING" in codes(rendered, Severity.ERROR), rendered.findings
+
+
+def test_sglangs_parser_reports_an_exiting_action_instead_of_exiting() -> None:
+    parser = sglang_parser()
+    assert parser is not None
+    outcome = parse_with_sglang(parser, ["--model-path", "/m", "--help"])  # SystemExit here would end pytest
+    assert outcome.exit_status == 0
+    assert outcome.error is None
+    assert parse_with_sglang(parser, ["--model-path", "/m"]).exit_status is None

@@ -76,6 +76,14 @@ FORBIDDEN_FLAGS: dict[str, str] = {
     "--config": "reads flags from a YAML file that eyas's checks never see; put the flags in extra_args",
 }
 
+# argparse actions that print and exit 0 instead of serving (help, version): the stage would "succeed" with no
+# server. SGLang 0.5.x defines only -h/--help of these; --version is refused too, whoever adds it.
+EXITING_FLAGS: dict[str, str] = {
+    "-h": "prints SGLang's help and exits 0 without serving",
+    "--help": "prints SGLang's help and exits 0 without serving",
+    "--version": "prints a version and exits 0 without serving",
+}
+
 _HOST_PATH: TypeAdapter[str] = TypeAdapter(HostPath)
 
 
@@ -142,6 +150,8 @@ class LaunchParams(StageParams):
         for arg in args:
             if not arg or len(arg) > 4096 or _CONTROL_CHARS.search(arg):
                 raise ValueError(f"extra_args item {arg[:40]!r} is empty, too long or has control characters")
+            if (problem := exiting_flag_problem(arg.partition("=")[0])) is not None:
+                raise ValueError(f"extra_args: {problem}")
             if arg.startswith("--") and (problem := _owned_flag_problem(arg.partition("=")[0])):
                 raise ValueError(problem)
         return args
@@ -160,6 +170,16 @@ class LaunchParams(StageParams):
         # Relative values are refused by the launch checks; only absolute ones can be checked against roots.
         named = [path for _, path in extra_arg_paths(self.extra_args) if path.startswith("/")]
         return super().host_paths() + named
+
+
+def exiting_flag_problem(flag: str) -> str | None:
+    """Why `flag` (-h, --help, --version, or an abbreviation argparse would expand to one) is refused."""
+    if flag in EXITING_FLAGS:
+        return f"{flag} {EXITING_FLAGS[flag]}; remove it"
+    for exiting in EXITING_FLAGS:
+        if exiting.startswith("--") and len(flag) >= 4 and exiting.startswith(flag):
+            return f"{flag} abbreviates {exiting}, which {EXITING_FLAGS[exiting]}; remove it"
+    return None
 
 
 def _owned_flag_problem(flag: str) -> str | None:

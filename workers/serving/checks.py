@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from workers.serving.model_configs import (
     target_layer_count,
 )
 from workers.serving.render import HostFacts, RenderedLaunch, render_launch
+from workers.serving.tensor_parallel import check_tp_size
 
 SHM_DIR = Path("/dev/shm")
 
@@ -30,14 +32,42 @@ def prepare_launch(
     gpus: Sequence[int] = (),
     shm_dir: Path = SHM_DIR,
     use_sglang_parser: bool = True,
+    host_gpu_count: int | None = None,
 ) -> RenderedLaunch:
-    """Render with the draft's real config and add every host check; errors mean: do not start."""
+    """Render with the draft's real config and add every host check; errors mean: do not start.
+
+    A dry run holds no GPU lease, so it is judged against the GPUs a real launch of the spec would hold on
+    this host (`host_gpu_count`, read through NVML when not given), not the none it holds itself.
+    """
+    if params.dry_run:
+        count = host_gpu_count if host_gpu_count is not None else host_inventory_count()
+        gpus = gpus_a_launch_would_hold(params, count)
+        host = replace(host, gpu_count=len(gpus))
     draft_config = read_config(params.draft) if params.draft else None
     rendered = render_launch(
         params, host=host, draft_config=draft_config, use_sglang_parser=use_sglang_parser
     )
     rendered.findings += check_launch(params, rendered, host=host, gpus=gpus, shm_dir=shm_dir)
     return rendered
+
+
+def host_inventory_count() -> int:
+    """How many GPUs NVML sees on this machine (0 without a driver)."""
+    from workers.hostinfo.gpus import inventory
+
+    return len(inventory().gpus)
+
+
+def gpus_a_launch_would_hold(params: LaunchParams, host_gpu_count: int) -> tuple[int, ...]:
+    """The GPU indices a real launch of `params` would lease on a host with `host_gpu_count` GPUs.
+
+    As at submit: sglang asks for tp_size (capped here at what the host has, so the tp check can say so);
+    auto asks for tp_size only when the host has that many, else none (the reference engine); reference none.
+    """
+    wanted = params.gpus_needed()
+    if params.engine == "auto" and host_gpu_count < wanted:
+        wanted = 0
+    return tuple(range(min(wanted, host_gpu_count)))
 
 
 def check_launch(
@@ -52,6 +82,8 @@ def check_launch(
     findings += _engine_findings(params, rendered.engine, host, gpus)
     target_config = read_config(params.model)
     draft_config = read_config(params.draft) if params.draft else None
+    if rendered.engine == "sglang":
+        findings += check_tp_size(params.tp_size, target_config, draft_config)
     if rendered.shape is not None and target_config is not None and draft_config is not None:
         findings += _draft_against_target(params, rendered, target_config, draft_config)
         version = host.sglang_version or rules.SGLANG_VERSION_ON_GPU_HOST
@@ -83,8 +115,14 @@ def _engine_findings(
         message = "engine sglang, but sglang is not installed for this worker's python"
         findings.append(error("ENGINE_UNAVAILABLE", message, "install sglang there, or use engine reference"))
     if params.tp_size > len(gpus):
-        message = f"tp_size {params.tp_size} needs {params.tp_size} GPU(s); the job holds {len(gpus)}"
-        findings.append(error("TP_EXCEEDS_GPUS", message, "request as many GPUs as tp_size"))
+        needs = f"tp_size {params.tp_size} needs {params.tp_size} GPU(s)"
+        if params.dry_run:
+            message = f"{needs}; this host has {len(gpus)} (a dry run is judged against the host's GPUs)"
+            fix = f"use tp_size ≤ {len(gpus)}, or " if gpus else "use engine reference, or "
+            fix += f"a host with {params.tp_size} GPU(s)"
+        else:
+            message, fix = f"{needs}; the job holds {len(gpus)}", "request as many GPUs as tp_size"
+        findings.append(error("TP_EXCEEDS_GPUS", message, fix))
     return findings
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from workers.params.launch import extra_arg_paths, path_problem
+from workers.params.launch import exiting_flag_problem, extra_arg_paths, path_problem
 from workers.serving import sglang_rules as rules
 from workers.serving.findings import Finding, error, info, warning
 from workers.serving.sglang_parser import canonical_flags, parse_with_sglang
 
-_HELP_FLAGS = {"-h", "--help"}
+# argparse's own actions that print and exit; SGLang's parser may add others (any action that exits is also
+# caught when the rendered args are parsed: ParseOutcome.exit_status).
+_EXITING_ACTIONS: tuple[type[argparse.Action], ...] = (argparse._HelpAction, argparse._VersionAction)  # noqa: SLF001
 
 
 def check_extra_args(args: Sequence[str], parser: argparse.ArgumentParser | None) -> list[Finding]:
@@ -43,6 +45,12 @@ def check_with_sglang_parser(
         ]
     outcome = parse_with_sglang(parser, server_args)
     findings = [_unknown_flag(flag) for flag in outcome.unknown if flag not in rules.FOREIGN_FLAGS]
+    if outcome.exit_status is not None:
+        message = (
+            f"SGLang's parser exits (status {outcome.exit_status}) on these args instead of serving: the "
+            "launch would end without a server"
+        )
+        findings.append(error("FLAG_EXITS_WITHOUT_SERVING", message, "remove the flag that prints and exits"))
     if outcome.error is not None:
         findings.append(
             error("SGLANG_PARSE_ERROR", f"SGLang's parser: {outcome.error}", "fix the flag it names")
@@ -59,9 +67,10 @@ def _is_number(arg: str) -> bool:
 
 
 def _check_flag(flag: str, parser: argparse.ArgumentParser | None) -> Finding | None:
-    if flag in _HELP_FLAGS:
-        return error("FORBIDDEN_FLAG", f"{flag} prints SGLang's help and exits", "remove it")
     spellings = canonical_flags(parser, flag) or (flag,)
+    exiting = _exiting_flag(flag, spellings, parser)
+    if exiting is not None:
+        return exiting
     for spelling in spellings:
         if spelling in rules.FORBIDDEN_FLAGS:
             return error("FORBIDDEN_FLAG", f"{flag}: {rules.FORBIDDEN_FLAGS[spelling]}", "remove it")
@@ -79,6 +88,20 @@ def _check_flag(flag: str, parser: argparse.ArgumentParser | None) -> Finding | 
                 "IGNORED_FLAG", f"{flag}: {rules.IGNORED_FLAGS[spelling]}", "remove it; it has no effect"
             )
     return None
+
+
+def _exiting_flag(
+    flag: str, spellings: Sequence[str], parser: argparse.ArgumentParser | None
+) -> Finding | None:
+    """-h/--help/--version (or an abbreviation), or any flag SGLang's parser maps to a help/version action."""
+    problem = next((p for s in (flag, *spellings) if (p := exiting_flag_problem(s)) is not None), None)
+    if problem is None and parser is not None and spellings:
+        action = parser._option_string_actions.get(spellings[0])  # noqa: SLF001 - argparse has no public map
+        if isinstance(action, _EXITING_ACTIONS):
+            problem = f"{flag} is an argparse {type(action).__name__} in SGLang's parser: it prints and exits"
+    if problem is None:
+        return None
+    return error("FLAG_EXITS_WITHOUT_SERVING", problem, "remove it from extra_args")
 
 
 def _owning_field(flag: str, spellings: Sequence[str], parser: argparse.ArgumentParser | None) -> str | None:

@@ -19,17 +19,28 @@ class _ParseError(Exception):
     pass
 
 
+class _ParseExit(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class _RaisingParser(argparse.ArgumentParser):
-    """argparse exits the process on errors; a checker must report them instead."""
+    """argparse exits the process on errors, and its help/version actions exit 0 (a launch that "succeeds"
+    without serving); a checker must report both instead."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _ParseError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise _ParseExit(status)
 
 
 @dataclass(frozen=True)
 class ParseOutcome:
     unknown: list[str] = field(default_factory=list)  # flags SGLang does not define
     error: str | None = None  # another argparse error (bad type, bad choice, missing value)
+    exit_status: int | None = None  # an action exited (help, version…): the server would never start
 
 
 _build_lock = threading.Lock()
@@ -67,6 +78,10 @@ def parse_with_sglang(parser: argparse.ArgumentParser, args: Sequence[str]) -> P
             _, rest = parser.parse_known_args(list(args))
         except _ParseError as exc:
             return ParseOutcome(error=str(exc))
+        except _ParseExit as exc:
+            return ParseOutcome(exit_status=exc.status)
+        except SystemExit as exc:  # an action of SGLang's own that calls sys.exit
+            return ParseOutcome(exit_status=exc.code if isinstance(exc.code, int) else 1)
     return ParseOutcome(unknown=[arg for arg in rest if arg.startswith("-")])
 
 

@@ -39,6 +39,7 @@ function jobRow(job) {
 
 export function mount(root) {
   const filters = { state: "", kind: "", host: "" };
+  let showDryRuns = false;
   let limit = PAGE;
   let lastBody = "";
   let renderedAt = 0;
@@ -49,6 +50,7 @@ export function mount(root) {
   async function refresh() {
     const query = new URLSearchParams({ limit: String(limit) });
     for (const [key, value] of Object.entries(filters)) if (value) query.set(key, value);
+    if (showDryRuns) query.set("include_dry_runs", "true"); // dry-run launches (renders) are hidden by default
     const page = await getJson(`/v1/jobs?${query}`);
     const text = JSON.stringify(page);
     // Nothing changed: keep the DOM (and the reader's selection); redraw now and then for the "ago" column.
@@ -79,10 +81,17 @@ export function mount(root) {
   });
   const hostInput = h("input", { name: "host", placeholder: "host", size: 12 });
   hostInput.addEventListener("change", onFilter);
+  const dryRunBox = h("input", { type: "checkbox", name: "include_dry_runs" });
+  dryRunBox.addEventListener("change", () => {
+    showDryRuns = dryRunBox.checked;
+    limit = PAGE;
+    restart();
+  });
+  const dryRunToggle = h("label", { class: "muted", title: "launch dry runs (renders) are hidden by default" }, dryRunBox, " dry runs");
   root.append(
     h("div", { class: "page-head" },
       h("h1", null, "Jobs"),
-      h("div", { class: "filters" }, select("state", STATES, onFilter), select("kind", KINDS, onFilter), hostInput, count)),
+      h("div", { class: "filters" }, select("state", STATES, onFilter), select("kind", KINDS, onFilter), hostInput, dryRunToggle, count)),
     h("section", { class: "panel" }, body, h("div", { class: "panel-foot" }, more)),
   );
   return () => stop();

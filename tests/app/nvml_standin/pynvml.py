@@ -1,0 +1,58 @@
+"""A stand-in for nvidia-ml-py's `pynvml`, put first on a test worker's PYTHONPATH: idle H200s, as many
+as EYAS_STANDIN_GPUS says. This machine has no GPU; eyas reads only the calls below (hostinfo/gpus.py)."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+NVML_TEMPERATURE_GPU = 0
+_MIB = 2**20
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit() -> None:  # noqa: N802 - pynvml's names
+    pass
+
+
+def nvmlDeviceGetCount() -> int:  # noqa: N802
+    return int(os.environ.get("EYAS_STANDIN_GPUS", "1"))
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
+    return index
+
+
+def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:  # noqa: N802
+    return SimpleNamespace(used=615 * _MIB, total=143_771 * _MIB)
+
+
+def nvmlDeviceGetUUID(handle: int) -> str:  # noqa: N802
+    return f"GPU-standin-{handle:04d}"
+
+
+def nvmlDeviceGetName(handle: int) -> str:  # noqa: N802
+    return "NVIDIA H200 (stand-in)"
+
+
+def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:  # noqa: N802
+    return SimpleNamespace(gpu=0, memory=0)
+
+
+def nvmlDeviceGetPowerUsage(handle: int) -> int:  # noqa: N802
+    return 88_000
+
+
+def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:  # noqa: N802
+    return 40
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[object]:  # noqa: N802
+    return []
+
+
+def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[object]:  # noqa: N802
+    return []

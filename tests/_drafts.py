@@ -59,8 +59,11 @@ def fill_finite(model: torch.nn.Module) -> None:
             param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
 
 
-def write_speculators_draft(folder: Path, shape: DraftShape) -> Path:
-    """An Eagle3DraftModel saved into folder (aux layer ids in speculators' convention)."""
+def write_speculators_draft(folder: Path, shape: DraftShape, dtype: torch.dtype = torch.float32) -> Path:
+    """An Eagle3DraftModel in `dtype`, saved into folder by speculators' save_pretrained.
+
+    The aux layer ids are in speculators' convention; the dtype lands where speculators puts it, at the
+    top level of its config (transformer_layer_config carries none)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from speculators.config import SpeculatorsConfig, VerifierConfig
@@ -82,5 +85,6 @@ def write_speculators_draft(folder: Path, shape: DraftShape) -> Path:
     fill_finite(model)
     d2t, t2d = vocab_map(shape)
     model.load_vocab_mappings(t2d, d2t)
+    model.to(dtype)
     model.save_pretrained(folder)
     return folder

@@ -35,7 +35,13 @@ TARGET_CONFIG: dict[str, Any] = {
     "vocab_size": VOCAB,
     "max_position_embeddings": 4096,
     "rope_theta": 500000.0,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024,
+    },
     "torch_dtype": "bfloat16",
 }
 
@@ -53,9 +59,9 @@ def speculators_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_speculators_draft(tmp_path_factory.mktemp("speculators") / "draft", TINY)
 
 
-@pytest.fixture(scope="session")
-def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SpecForge's LlamaForCausalLMEagle3 saved the way its training script did: embeddings filtered out.
+def write_specforge_draft(folder: Path, dtype: torch.dtype = torch.float32) -> Path:
+    """SpecForge's LlamaForCausalLMEagle3 in `dtype`, saved the way its training script did: embeddings
+    filtered out, save_pretrained of the model (so transformers writes the flat config and its dtype).
 
     specforge pins torch/sglang versions that conflict with this stack, so it is installed with --no-deps
     (like speculators); its draft module imports without those pins.
@@ -73,10 +79,15 @@ def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d2t, t2d = vocab_map(TINY)
     model.d2t.copy_(d2t)
     model.t2d.copy_(t2d)
-    folder = tmp_path_factory.mktemp("specforge") / "draft"
+    model.to(dtype)
     state = {k: v for k, v in model.state_dict().items() if "embed" not in k}
     model.save_pretrained(folder, state_dict=state)
     return folder
+
+
+@pytest.fixture(scope="session")
+def specforge_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_specforge_draft(tmp_path_factory.mktemp("specforge") / "draft")
 
 
 @pytest.fixture(scope="session")

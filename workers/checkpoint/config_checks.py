@@ -13,7 +13,7 @@ from workers.checkpoint.rules import (
     TARGETS_WITH_OWN_ID_RULES,
     format_version,
 )
-from workers.checkpoint.target import context_length, effective_rope
+from workers.checkpoint.target import effective_rope
 from workers.checkpoint.view import DraftView, is_speculators_config
 
 FIX_KEYS = "run `eyas fix-keys SRC DST --target TARGET`"
@@ -136,7 +136,9 @@ def check_rope(view: DraftView) -> Iterator[Finding]:
 def check_context(view: DraftView) -> Iterator[Finding]:
     if view.target is None:
         return
-    draft_len, target_len = context_length(view.sizes), view.target.context_length
+    # As SGLang derives both (its get_context_length over each config); the target's reading exists here.
+    draft_len = view.reading.context_length
+    target_len = view.target_reading.context_length if view.target_reading else view.target.context_length
     if draft_len >= target_len:
         return
     yield Finding(

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from workers.checkpoint.dtypes import DTYPE_KEYS, dtype_for_config
 from workers.checkpoint.errors import CheckpointError
 from workers.checkpoint.layout import aux_layer_ids
 from workers.checkpoint.report import TensorMove
@@ -24,6 +25,10 @@ _SPECULATORS_ONLY = (
     "embed_requires_grad",
 )
 _CARRIED_OPTIONS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+# speculators states the draft's dtype at the top level (save_pretrained writes the model's dtype there),
+# never inside transformer_layer_config; SGLang reads only the flat config, so it must move down with the
+# sizes, or SGLang builds the draft in float16 (docs/checkpoint.md, "Fields SGLang reads").
+_SPECULATORS_DTYPE_KEYS = ("dtype", "torch_dtype")
 # Names as every SGLang 0.5.x loads them: the first decoder layer is `midlayer` (0.5.12+ maps it).
 _RENAMES = (
     (re.compile(r"^layers\.0\."), "midlayer."),
@@ -65,6 +70,7 @@ def build_sglang_config(
         _move_aux_ids(config, config.pop("eagle_aux_hidden_state_layer_ids"), changes)
     if target is not None:
         _adopt_target(config, target, changes)
+    _state_dtype(config, target, tensors, changes)
     if "target_hidden_size" in config and config["target_hidden_size"] in (None, config.get("hidden_size")):
         changes.drop(
             config, "target_hidden_size", "null or equal to hidden_size; SGLang treats null as a size"
@@ -77,6 +83,9 @@ def _flatten_speculators(source: Mapping[str, Any], changes: _Changes) -> dict[s
     config = dict(source.get(SPECULATORS_LAYER_CONFIG) or {})
     config["architectures"] = source.get("architectures")
     changes.append(f"flattened {SPECULATORS_LAYER_CONFIG} to the top level")
+    for key in _SPECULATORS_DTYPE_KEYS:
+        if source.get(key):
+            config[key] = source[key]
     config["draft_vocab_size"] = source.get("draft_vocab_size")
     config["tie_word_embeddings"] = bool(source.get("tie_word_embeddings", False))
     if source.get("target_hidden_size") is not None:
@@ -92,6 +101,17 @@ def _flatten_speculators(source: Mapping[str, Any], changes: _Changes) -> dict[s
         if key in source:
             changes.append(f"{key}: not carried (speculators only)")
     return config
+
+
+def _state_dtype(
+    config: dict[str, Any], target: TargetModel | None, tensors: Mapping[str, TensorEntry], changes: _Changes
+) -> None:
+    """State the dtype SGLang must build the draft in, under both keys readers use (see dtype_for_config)."""
+    dtype, why = dtype_for_config(config, tensors, target)
+    if dtype is None:
+        return
+    for key in DTYPE_KEYS:
+        changes.set(config, key, dtype, why)
 
 
 def _move_aux_ids(config: dict[str, Any], ids: list[int], changes: _Changes) -> None:

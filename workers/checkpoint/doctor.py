@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workers.checkpoint.config_checks import CONFIG_CHECKS
+from workers.checkpoint.dtype_checks import DTYPE_CHECKS
 from workers.checkpoint.errors import CheckpointError, PickleWeightsError
 from workers.checkpoint.report import DoctorReport, Finding, Severity
 from workers.checkpoint.rules import VERIFIED_UP_TO, format_version, is_verified, parse_version, rules_for
@@ -71,13 +72,16 @@ def run_checks(view: DraftView, report: DoctorReport | None = None) -> DoctorRep
                 "the last release read",
             )
         )
-    for check in (*CONFIG_CHECKS, *TENSOR_CHECKS):
+    for check in (*CONFIG_CHECKS, *TENSOR_CHECKS, *DTYPE_CHECKS):
         report.findings.extend(check(view))
     report.summary = {
         "tensors": len(view.tensors),
         "bytes": sum(entry.nbytes for entry in view.tensors.values()),
         "files": view.files,
         "layer_module": view.rules.layer_module,
+        "sglang_dtype": view.reading.dtype,
+        "sglang_context_length": view.reading.context_length,
+        "sglang_reading": view.reading.reader,
     }
     return report
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from workers.checkpoint.errors import CheckpointError
+from workers.userfiles import UserFileError, open_user_file
 
 DTYPE_BYTES: dict[str, int] = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2,
@@ -31,6 +32,7 @@ FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
 INTEGER_DTYPES = frozenset({"I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8"})
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
+_ANY_SIZE = 1 << 62  # weights are only required to be regular files; their size is the header's business
 _COPY_CHUNK = 64 * 1024 * 1024  # per copy_file_range call / fallback read
 
 
@@ -53,8 +55,9 @@ class TensorEntry:
 def read_header(path: Path) -> dict[str, TensorEntry]:
     """Parse and validate a safetensors header; CheckpointError (naming the file) when it is broken."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
+        # A FIFO or device named *.safetensors would block or never end: refused before reading.
+        with open_user_file(path, _ANY_SIZE, "safetensors file") as fh:
+            size = os.fstat(fh.fileno()).st_size
             prefix = fh.read(8)
             if len(prefix) < 8:
                 raise CheckpointError(f"{path}: {size} bytes, too short to be safetensors", path=path)
@@ -66,6 +69,8 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
                     path=path,
                 )
             raw = fh.read(header_len)
+    except UserFileError as exc:
+        raise CheckpointError(f"{path}: {exc.reason}", path=path) from exc
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read: {exc.strerror}", path=path) from exc
     try:

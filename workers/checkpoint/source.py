@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workers.checkpoint.errors import CheckpointError, PickleWeightsError
 from workers.checkpoint.safetensors_io import TensorEntry, read_header
+from workers.userfiles import Cap, UserFileError, read_user_json
 
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
@@ -31,17 +31,14 @@ class DraftCheckpoint:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object from a file, or CheckpointError naming the file."""
+    """A JSON object from a regular file of at most Cap.CONFIG bytes, or CheckpointError naming the file.
+
+    A FIFO, a device (`/dev/zero`), a folder or an oversized file is refused before a byte is read.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{path}: {what} not found", path=path) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read {what}: {exc}", path=path) from exc
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: {what} is not valid JSON ({exc})", path=path) from exc
+        value = read_user_json(path, Cap.CONFIG, what)
+    except UserFileError as exc:
+        raise CheckpointError(f"{path}: {exc.reason}", path=path) from exc
     if not isinstance(value, dict):
         raise CheckpointError(f"{path}: {what} is not a JSON object", path=path)
     return value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,9 @@ class TargetModel:
     context_length: int
     max_position_embeddings: int | None
     dtype: str | None
+    # The language model's config as SGLang reads it (text_config of a multimodal target, with the
+    # parent's dtype when it states none, as sglang's get_hf_text_config does): what its dtype comes from.
+    serving_config: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def resolve_config_path(path: Path) -> Path:
@@ -64,8 +67,19 @@ def load_target(path: Path) -> TargetModel:
         rope={key: text[key] for key in ROPE_KEYS if key in text},
         context_length=context_length(text),
         max_position_embeddings=int(max_pos) if isinstance(max_pos, int) else None,
-        dtype=text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype"),
+        dtype=text.get("dtype")
+        or text.get("torch_dtype")
+        or config.get("dtype")
+        or config.get("torch_dtype"),
+        serving_config=_serving_config(config, text),
     )
+
+
+def _serving_config(config: dict[str, Any], text: dict[str, Any]) -> dict[str, Any]:
+    if text is config or text.get("dtype") or text.get("torch_dtype"):
+        return dict(text)
+    inherited = config.get("dtype") or config.get("torch_dtype")
+    return {**text, "dtype": inherited} if inherited else dict(text)
 
 
 def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:

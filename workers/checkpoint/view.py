@@ -18,6 +18,7 @@ from workers.checkpoint.layout import (
 )
 from workers.checkpoint.rules import SGLangRules
 from workers.checkpoint.safetensors_io import TensorEntry
+from workers.checkpoint.sglang_reading import SGLangReading, read_as_sglang
 from workers.checkpoint.target import TargetModel
 
 SPECULATORS_LAYER_CONFIG = "transformer_layer_config"
@@ -59,6 +60,15 @@ class DraftView:
     @cached_property
     def sizes(self) -> dict[str, Any]:
         return sizing_config(self.config)
+
+    @cached_property
+    def reading(self) -> SGLangReading:
+        """The dtype and context length SGLang derives from config.json as written (top level only)."""
+        return read_as_sglang(self.config)
+
+    @cached_property
+    def target_reading(self) -> SGLangReading | None:
+        return read_as_sglang(self.target.serving_config) if self.target is not None else None
 
     @cached_property
     def spec(self) -> DraftSpec | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import Settings, get_settings
+from workers.params.text import may_hold_surrogates, scrub
 
 _engines: dict[tuple[int, str], Engine] = {}
 
@@ -28,10 +30,26 @@ def get_engine(settings: Settings | None = None) -> Engine:
 
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, json_deserializer=load_json
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_recycle=1800)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        pool_recycle=1800,
+        json_deserializer=load_json,
+    )
+
+
+def load_json(text: str | bytes) -> Any:
+    """Every JSON column as read: a lone surrogate stored before input was checked (JSON text can escape
+    one, "\\ud800") becomes U+FFFD, so no stored row can make a listing fail to serialise."""
+    value = json.loads(text)
+    return scrub(value) if may_hold_surrogates(text) else value
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

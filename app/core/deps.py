@@ -32,14 +32,22 @@ SettingsDep = Annotated[Settings, Depends(settings_dep)]
 
 def require(scope: Scope) -> Callable[..., Principal]:
     def _principal(request: Request, session: SessionDep) -> Principal:
-        limiter: FailureLimiter = request.app.state.auth_limiter
-        client = request.client.host if request.client else "?"
-        if limiter.blocked(client):
-            raise AppError(ErrorCode.RATE_LIMITED, "too many failed authentications; wait a minute")
+        # The token is checked first: a valid one is served even from an address that is being throttled;
+        # only failures are counted, and only failures wait.
         secret = _bearer(request)
         cache: PrincipalCache = request.app.state.principal_cache
         principal = tokens.authenticate(session, secret, cache=cache) if secret else None
         if principal is None:
+            limiter: FailureLimiter = request.app.state.auth_limiter
+            client = request.client.host if request.client else "?"
+            wait = limiter.retry_after(client)
+            if wait is not None:
+                raise AppError(
+                    ErrorCode.RATE_LIMITED,
+                    f"too many failed authentications from this address; retry in {wait} s",
+                    headers={"Retry-After": str(wait)},
+                    retry_after_s=wait,
+                )
             limiter.record_failure(client)
             detail = "missing bearer token" if secret is None else "invalid or revoked token"
             raise AppError(ErrorCode.UNAUTHENTICATED, detail)

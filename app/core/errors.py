@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from workers.params.text import LONE_SURROGATE, NON_FINITE, scrub
+
 logger = logging.getLogger("eyas.api")
 PROBLEM_JSON = "application/problem+json"
 
@@ -47,15 +49,31 @@ class ErrorCode(Enum):
         return self.value[1]
 
 
+# Seconds a 429 tells the client to wait when its cause does not say.
+DEFAULT_RETRY_AFTER_S = 60
+
+
 class AppError(Exception):
-    def __init__(self, code: ErrorCode, detail: str, **extra: Any) -> None:
+    def __init__(
+        self, code: ErrorCode, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(detail)
         self.code = code
         self.detail = detail
+        self.headers = headers
         self.extra = extra
 
 
-def problem(code: ErrorCode, detail: str, *, instance: str | None = None, **extra: Any) -> JSONResponse:
+def problem(
+    code: ErrorCode,
+    detail: str,
+    *,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """The problem+json response. Every string is made serialisable (a lone surrogate becomes U+FFFD), so
+    an error about hostile input can always be sent; a 429 always says when to retry."""
     body: dict[str, Any] = {
         "type": f"https://eyas.dev/problems/{code.code.lower().replace('_', '-')}",
         "title": code.code.replace("_", " ").capitalize(),
@@ -66,22 +84,40 @@ def problem(code: ErrorCode, detail: str, *, instance: str | None = None, **extr
     if instance:
         body["instance"] = instance
     body.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if code is ErrorCode.UNAUTHENTICATED else None
-    return JSONResponse(body, status_code=code.status, media_type=PROBLEM_JSON, headers=headers)
+    headers = dict(headers or {})
+    if code is ErrorCode.UNAUTHENTICATED:
+        headers["WWW-Authenticate"] = "Bearer"
+    if code.status == 429:
+        headers.setdefault("Retry-After", str(DEFAULT_RETRY_AFTER_S))
+    return JSONResponse(
+        scrub(body), status_code=code.status, media_type=PROBLEM_JSON, headers=headers or None
+    )
+
+
+# Pydantic's words for input refused by type, where eyas names the problem the same way everywhere.
+_MESSAGES = {"finite_number": NON_FINITE, "string_unicode": LONE_SURROGATE}
+
+
+def error_message(err: Any) -> str:
+    """The message of one pydantic error, with eyas's wording for non-finite numbers and bad text."""
+    message = str(err.get("msg", "invalid"))
+    if message.startswith("Input should be") and err.get("type") in _MESSAGES:
+        return _MESSAGES[str(err.get("type"))]
+    return message
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors():
         loc = [str(part) for part in err.get("loc", ())]
-        errors.append({"field": ".".join(loc), "message": err.get("msg", "invalid"), "type": err.get("type")})
+        errors.append({"field": ".".join(loc), "message": error_message(err), "type": err.get("type")})
     return errors
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(request: Request, exc: AppError) -> JSONResponse:
-        return problem(exc.code, exc.detail, instance=request.url.path, **exc.extra)
+        return problem(exc.code, exc.detail, instance=request.url.path, headers=exc.headers, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -97,11 +133,15 @@ def install_error_handlers(app: FastAPI) -> None:
             404: ErrorCode.NOT_FOUND,
             401: ErrorCode.UNAUTHENTICATED,
             403: ErrorCode.FORBIDDEN,
+            429: ErrorCode.RATE_LIMITED,
         }.get(exc.status_code)
+        headers = dict(exc.headers or {})
         if code is None:
             body = {"status": exc.status_code, "code": f"HTTP_{exc.status_code}", "detail": str(exc.detail)}
-            return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_JSON)
-        return problem(code, str(exc.detail), instance=request.url.path)
+            return JSONResponse(
+                scrub(body), status_code=exc.status_code, media_type=PROBLEM_JSON, headers=headers or None
+            )
+        return problem(code, str(exc.detail), instance=request.url.path, headers=headers)
 
     @app.exception_handler(DataError)
     async def _bad_value(request: Request, exc: DataError) -> JSONResponse:

@@ -1,4 +1,6 @@
-"""ASGI middleware that refuses request bodies past a size limit with 413, before the app reads them.
+"""ASGI middleware at the edge of every route: request bodies past a size limit get 413 before the app
+reads them, and input no route may see (app.core.edge: lone surrogates, non-finite numbers, NUL or bytes that
+are not UTF-8 in the URL) gets 422.
 
 A body is read (up to the limit) before the app sees it, so a body streamed without Content-Length is
 refused with the same 413 as a declared one; request bodies here are small JSON documents.
@@ -11,6 +13,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.edge import refusal
+
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -20,7 +24,14 @@ class BodySizeLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] not in _WITH_BODY:
+            refused = refusal(scope, None)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
@@ -30,6 +41,10 @@ class BodySizeLimit:
         body = await _read_body(receive, self.max_bytes)
         if body is None:
             await _reject(send, self.max_bytes)
+            return
+        refused = refusal(scope, body)
+        if refused is not None:
+            await refused(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 import threading
 import time
@@ -44,7 +45,16 @@ def hash_token(secret: str) -> str:
 
 
 class FailureLimiter:
-    """Counts failed authentications per client in a sliding minute (in-process, per API replica)."""
+    """Counts failed authentications per client in a sliding minute (in-process, per API replica).
+
+    Only failures count and only failures are refused: a request whose token is valid is served whatever
+    its address did before (the caller checks the token first). Tokens carry 256 bits, so the limit is not
+    what keeps them from being guessed; it keeps a guessing client to `per_minute` counted failures a minute
+    and its noise out of the database and the logs.
+    """
+
+    WINDOW_S = 60.0
+    _PRUNE_ABOVE = 10_000  # clients tracked before the idle ones are dropped
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
@@ -52,20 +62,38 @@ class FailureLimiter:
         self._lock = threading.Lock()
 
     def blocked(self, client: str) -> bool:
+        return self.retry_after(client) is not None
+
+    def retry_after(self, client: str) -> int | None:
+        """Whole seconds until this client's next failure would be counted again, or None if not blocked."""
+        if self.per_minute <= 0:
+            return None
         with self._lock:
             window = self._window(client)
-            return len(window) >= self.per_minute
+            if len(window) < self.per_minute:
+                return None
+            oldest = window[len(window) - self.per_minute]
+            return max(1, math.ceil(oldest + self.WINDOW_S - time.monotonic()))
 
     def record_failure(self, client: str) -> None:
         with self._lock:
-            self._window(client).append(time.monotonic())
+            window = self._window(client)
+            window.append(time.monotonic())
+            while len(window) > max(self.per_minute, 1):
+                window.popleft()
+            if len(self._failures) > self._PRUNE_ABOVE:
+                self._prune()
 
     def _window(self, client: str) -> deque[float]:
         window = self._failures.setdefault(client, deque())
-        cutoff = time.monotonic() - 60
+        cutoff = time.monotonic() - self.WINDOW_S
         while window and window[0] < cutoff:
             window.popleft()
         return window
+
+    def _prune(self) -> None:
+        cutoff = time.monotonic() - self.WINDOW_S
+        self._failures = {k: w for k, w in self._failures.items() if w and w[-1] >= cutoff}
 
 
 class PrincipalCache:

@@ -99,9 +99,16 @@ def state_of(latest: dict[str, Job]) -> tuple[str, str | None]:
 
 
 def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> Pipeline:
-    """Cancel what is running and what waits; finished steps stay as they are."""
+    """Cancel what is running and what waits; finished steps stay as they are. A pipeline whose every step
+    already ended has nothing to cancel: 409, as for a job that ended."""
     pipeline = get_pipeline(session, pipeline_id)
-    for job in latest_jobs(session, pipeline).values():
+    latest = latest_jobs(session, pipeline)
+    if all(job.state in TERMINAL for job in latest.values()):
+        state, _ = state_of(latest)
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} already ended ({state})", state=state
+        )
+    for job in latest.values():
         if job.state not in TERMINAL and job.state != JobState.CANCELLING:
             jobs.request_cancel(session, job_id=job.id)
     return pipeline

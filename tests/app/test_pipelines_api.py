@@ -143,3 +143,29 @@ def test_idempotency_key_on_pipelines(client: TestClient, admin: Headers, tmp_pa
     assert other.json()["code"] == "IDEMPOTENCY_MISMATCH"
     assert len(client.get("/v1/pipelines", headers=admin).json()) == 1
     assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == 6
+
+
+def test_cancelling_a_pipeline_that_ended_is_a_409_like_a_job(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    pipeline = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin).json()
+    produced = {
+        "extract": ("hidden_states", f"{tmp_path}/hs"),
+        "train": ("drafter", f"{tmp_path}/runs/epoch_1"),
+        "fix_keys": ("sglang_checkpoint", f"{tmp_path}/runs/sglang_draft"),
+    }
+    for job in pipeline["jobs"]:
+        run_step(settings, job["id"], artifact=produced.get(job["kind"]))
+    done = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert done["state"] == "succeeded", done
+    refused = client.post(f"/v1/pipelines/{pipeline['id']}/cancel", headers=admin)
+    assert refused.status_code == 409, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.json()["code"] == "INVALID_TRANSITION"
+    assert "succeeded" in refused.json()["detail"]
+    after = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert after["state"] == "succeeded"
+    assert [j["state"] for j in after["jobs"]] == ["succeeded"] * 6
+    job_refused = client.post(f"/v1/jobs/{pipeline['jobs'][0]['id']}/cancel", headers=admin)
+    assert job_refused.status_code == 409  # the same answer as for one of its jobs

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workers.params.common import HostPath, StageParams
 
@@ -30,6 +31,24 @@ class FixKeysParams(StageParams):
     allow_pickle: bool = Field(
         False, description="read pickle weights (.bin) with torch.load(weights_only=True); off by default"
     )
+
+    @model_validator(mode="after")
+    def _dest_apart_from_source(self) -> FixKeysParams:
+        """dest is written (with force, replaced) as a whole: it may not be, hold or lie in the source."""
+        source, dest = posixpath.normpath(self.source), posixpath.normpath(self.dest)
+        if dest == source:
+            raise ValueError(
+                f"dest {self.dest} is the source folder; write the converted checkpoint elsewhere"
+            )
+        if _inside(dest, source):
+            raise ValueError(f"dest {self.dest} lies inside the source folder {self.source}")
+        if _inside(source, dest):
+            raise ValueError(f"dest {self.dest} contains the source folder {self.source}")
+        return self
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
 
 
 class DoctorParams(StageParams):

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from workers.params.text import BIDI_CONTROL_RE, NON_FINITE, first_refused
 
 # Characters that have no business in a path eyas hands to a program. No shell ever sees these paths,
 # but refusing them at submit time turns a confused or hostile request into a clear 422.
 _FORBIDDEN_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f;|&$`<>*?!{}\\\"']")
+# C1 controls and line/paragraph separators: invisible, and they break the line a path is shown on.
+_INVISIBLE_BREAKS = re.compile("[\x80-\x9f\u2028\u2029]")
 MAX_PATH_CHARS = 4096
 
 
@@ -19,8 +24,13 @@ def _check_host_path(value: str) -> str:
         raise ValueError(f"path is longer than {MAX_PATH_CHARS} characters")
     if not value.startswith("/"):
         raise ValueError("path must be absolute (it is resolved on the worker host)")
-    if _FORBIDDEN_PATH_CHARS.search(value):
+    if _FORBIDDEN_PATH_CHARS.search(value) or _INVISIBLE_BREAKS.search(value):
         raise ValueError("path contains control or shell metacharacters")
+    if bidi := BIDI_CONTROL_RE.search(value):
+        raise ValueError(
+            f"path contains the bidirectional text control U+{ord(bidi.group()):04X}, which makes it "
+            "display as a different path (a control character)"
+        )
     if ".." in PurePosixPath(value).parts:
         raise ValueError("path must not contain '..' components")
     return value
@@ -31,9 +41,22 @@ HostPath = Annotated[str, AfterValidator(_check_host_path)]
 
 
 class StageParams(BaseModel):
-    """Base of every stage's params: unknown fields are errors, never silently ignored."""
+    """Base of every stage's params: unknown fields are errors, never silently ignored, and a number must be
+    finite (NaN or Infinity is refused, never stored as null)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        """Every field at any depth: no lone surrogate (pydantic keeps one in a str), no non-finite number."""
+        found = first_refused(value)
+        if found is not None:
+            where, message = found
+            kind = "finite_number" if message == NON_FINITE else "string_unicode"
+            at = f" at {'.'.join(where)}" if where else ""
+            raise PydanticCustomError(kind, "{message}{at}", {"message": message, "at": at})
+        return value
 
     def host_paths(self) -> list[str]:
         """Every HostPath-typed value, so the API and the worker can check them against allowed roots."""

@@ -1,10 +1,17 @@
 // Terminal output as safe text: SGR colour codes become CSS classes from a fixed list, every other escape
 // sequence and control character is dropped, and a carriage return keeps only what a terminal would show
-// last (progress bars redraw with \r).
+// last (progress bars redraw with \r). Bidirectional-text controls (U+202A-E, U+2066-9, U+200E/F, U+061C)
+// are shown as visible escapes such as \u202e, so a line is never displayed reordered.
 
 const ESCAPE = /\x1b\[([0-9;?]*)([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]/g;
 const CONTROL = /[\x00-\x08\x0b-\x1f\x7f]/g;
+const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 const COLOURS = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"];
+
+// The text with every bidirectional control replaced by its escape (\u202e), shown as plain characters.
+export function neutraliseBidi(text) {
+  return text.replace(BIDI, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
 
 function lastRedraw(text) {
   if (!text.includes("\r")) return text;
@@ -40,7 +47,7 @@ export function ansiSegments(raw) {
   const segments = [];
   let last = 0;
   const push = (piece) => {
-    const clean = piece.replace(CONTROL, "");
+    const clean = neutraliseBidi(piece.replace(CONTROL, ""));
     if (clean) segments.push({ text: clean, className: classesOf(style) });
   };
   for (const match of text.matchAll(ESCAPE)) {

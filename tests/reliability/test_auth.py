@@ -20,7 +20,7 @@ from sqlalchemy import func, select, text
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.core.security import Scope
+from app.core.security import FailureLimiter, Scope
 from app.main import create_app
 from app.models.job import Job
 from tests.conftest import make_token
@@ -188,9 +188,46 @@ def test_failed_authentications_are_rate_limited_per_client(settings: Settings, 
         for attempt in range(limit):
             response = attacker.get("/v1/jobs", headers={"Authorization": f"Bearer eyas_guess{attempt}"})
             assert response.status_code == 401, attempt
-        limited = attacker.get("/v1/jobs", headers={"Authorization": "Bearer eyas_one_more"})
-        assert limited.status_code == 429
-        assert limited.headers["content-type"].startswith("application/problem+json")
-        assert limited.json()["code"] == "RATE_LIMITED"
-        assert attacker.get("/v1/jobs", headers=admin).status_code == 429, "even a valid token waits"
+        for refused in (
+            attacker.get("/v1/jobs", headers={"Authorization": "Bearer eyas_one_more"}),
+            attacker.get("/v1/jobs"),  # no token at all is a failure too
+            attacker.post("/v1/jobs", json={"kind": "selftest"}, headers={"Authorization": "Bearer x"}),
+        ):
+            assert refused.status_code == 429
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            assert refused.json()["code"] == "RATE_LIMITED"
+            retry_after = int(refused.headers["retry-after"])
+            assert 1 <= retry_after <= 60, retry_after
+            assert refused.json()["retry_after_s"] == retry_after
         assert other.get("/v1/jobs", headers=admin).status_code == 200, "other clients are not affected"
+
+
+def test_a_valid_token_is_never_throttled_by_its_address_failures(settings: Settings, admin: Headers) -> None:
+    limit = settings.auth_failures_per_minute
+    app = create_app(settings.model_copy(update={"auth_cache_s": 0}))  # every request reads its token row
+    with TestClient(app, client=("10.0.0.9", 5000)) as shared:  # e.g. one NAT address for a whole team
+        for attempt in range(limit * 2):
+            shared.get("/v1/jobs", headers={"Authorization": f"Bearer eyas_guess{attempt}"})
+        assert shared.get("/v1/jobs", headers={"Authorization": "Bearer eyas_bad"}).status_code == 429
+        for _ in range(3):
+            valid = shared.get("/v1/jobs", headers=admin)
+            assert valid.status_code == 200, valid.text
+        fresh = {"Authorization": f"Bearer {make_token(settings, Scope.READ, name='late')}"}
+        assert shared.get("/v1/jobs", headers=fresh).status_code == 200  # first seen during the lockout
+        weak = shared.post("/v1/tokens", json={"name": "x", "scopes": ["read"]}, headers=fresh)
+        assert weak.status_code == 403  # a valid token is judged on its scope, not throttled
+        assert shared.get("/v1/jobs", headers={"Authorization": "Bearer eyas_bad"}).status_code == 429
+
+
+def test_only_counted_failures_lock_and_the_lock_opens_after_the_window() -> None:
+    limiter = FailureLimiter(per_minute=3)
+    for _ in range(3):
+        assert limiter.retry_after("a") is None
+        limiter.record_failure("a")
+    wait = limiter.retry_after("a")
+    assert wait is not None
+    assert 59 <= wait <= 60
+    assert limiter.retry_after("b") is None
+    limiter.WINDOW_S = 0.2  # the same sliding window, shortened
+    time.sleep(0.25)
+    assert limiter.retry_after("a") is None

@@ -89,6 +89,7 @@ class SmokeReport:
     divergences: list[Divergence] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    baseline: list[list[int]] | None = None  # the no-speculation outputs it compared with (not in as_dict)
 
     @property
     def ok(self) -> bool:
@@ -299,7 +300,9 @@ def run_smoke(
             return base_report
         baseline = [a.output_ids for a in base_answers]
     scorer = TargetScorer(launch.model, device=options.scorer_device)
-    return judge(answers, prompts, baseline, scorer, options, engine=engine)
+    report = judge(answers, prompts, baseline, scorer, options, engine=engine)
+    report.baseline = [list(ids) for ids in baseline]
+    return report
 
 
 def _serve_and_query(

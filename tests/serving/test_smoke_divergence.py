@@ -1,0 +1,127 @@
+"""The divergence classifier: a planted near-tie passes as one, a planted lossy verify fails as a real loss.
+
+Both run real torch decoding on constructed successor targets (workers.ml.demo_assets); the lossy verify is
+a planted fault in the reference decoder (it accepts every draft without checking it), not a mock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from workers.ml.demo_assets import SPECIALS, successor, successor_target
+from workers.ml.drafter import Eagle3Drafter, default_aux_layers
+from workers.serving import decoding
+from workers.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
+from workers.serving.divergence import TargetScorer, classify, first_divergence, near_tie_bound
+from workers.serving.smoke import Answer, SmokeOptions, judge
+
+TIED = len(SPECIALS) + 5  # at this token the target's top two are its successor and RIVAL
+RIVAL = len(SPECIALS) + 20
+PLANTED_MARGIN = 0.1
+
+
+@pytest.fixture(scope="module")
+def near_tie_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The successor target with a second token RIVAL PLANTED_MARGIN logits below the successor after TIED."""
+    folder = successor_target(tmp_path_factory.mktemp("tie") / "target")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    logits = _next_logits(model, TIED)
+    top = float(logits[successor(TIED)])
+    with torch.no_grad():
+        direction = model.lm_head.weight[successor(TIED)] / top  # the successor's row scores TIED at `top`
+        model.lm_head.weight[RIVAL] += direction * (top - PLANTED_MARGIN - float(logits[RIVAL]))
+    model.save_pretrained(folder)
+    return folder
+
+
+def _next_logits(model: torch.nn.Module, token: int) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([[token]])).logits[0, -1]
+
+
+def test_the_planted_target_has_its_near_tie_and_clear_margins_elsewhere(near_tie_target: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(near_tie_target, dtype=torch.float32)
+    tied = _next_logits(model, TIED)
+    values, indices = tied.topk(2)
+    assert indices.tolist() == [successor(TIED), RIVAL]
+    assert float(values[0] - values[1]) == pytest.approx(PLANTED_MARGIN, abs=1e-3)
+    clear = _next_logits(model, TIED + 1).topk(2).values
+    assert float(clear[0] - clear[1]) > near_tie_bound(float(clear[0]))
+
+
+def test_a_flip_at_the_planted_near_tie_is_a_near_tie(near_tie_target: Path) -> None:
+    prompt = [TIED - 3]
+    baseline = [TIED - 2, TIED - 1, TIED, successor(TIED), successor(TIED) + 1]
+    flipped = baseline[:3] + [RIVAL, successor(RIVAL), successor(RIVAL) + 1]  # the rival, then its successors
+    verdict = classify(0, prompt, baseline, flipped, TargetScorer(near_tie_target, device="cpu"))
+    assert verdict.verdict == "near_tie", verdict
+    assert verdict.position == 3
+    assert verdict.top_two == (successor(TIED), RIVAL)
+    assert verdict.margin is not None
+    assert verdict.margin < verdict.bound
+
+
+def test_a_token_outside_the_top_two_or_a_clear_margin_is_a_real_loss(near_tie_target: Path) -> None:
+    scorer = TargetScorer(near_tie_target, device="cpu")
+    prompt = [TIED - 3]
+    baseline = [TIED - 2, TIED - 1, TIED, successor(TIED)]
+    outside = baseline[:3] + [RIVAL + 1]
+    assert classify(0, prompt, baseline, outside, scorer).verdict == "real_loss"
+    second_best_where_clear = baseline[:1] + [RIVAL]
+    verdict = classify(1, prompt, baseline, second_best_where_clear, scorer)
+    assert verdict.verdict == "real_loss"
+    assert "outside the target's top two" in verdict.note or "not under the near-tie bound" in verdict.note
+    assert first_divergence(baseline, baseline) is None
+    assert classify(2, prompt, baseline, baseline, scorer).verdict == "identical"
+
+
+def test_a_lossy_verify_is_caught_as_a_real_loss_by_the_smoke_judge(
+    near_tie_target: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planted fault: verification keeps every draft (no comparison with the target's choice). A random
+    draft then puts tokens the target would not choose into the output; acceptance looks great, the judge
+    fails it."""
+    target = AutoModelForCausalLM.from_pretrained(near_tie_target, dtype=torch.float32).eval()
+    config = target.config.to_dict()
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter.from_target_config(
+        config, draft_vocab_size=int(config["vocab_size"]), aux_layer_ids=default_aux_layers(8)
+    )
+    drafter.set_target_embeddings(target.get_input_embeddings().weight.detach())
+    drafter.eval()
+    prompts = [[len(SPECIALS) + i, len(SPECIALS) + i + 1] for i in range(3)]
+    limits = DecodeLimits(16)
+    baseline = [greedy_decode(target, p, limits).output_ids for p in prompts]
+    monkeypatch.setattr(decoding, "_matching_prefix", lambda drafts, choices: len(drafts))
+    lossy = [speculative_decode(target, drafter, p, limits, 3) for p in prompts]
+    answers = [Answer(r.output_ids, len(r.output_ids), r.verify_ct, r.accept_length) for r in lossy]
+    scorer = TargetScorer(near_tie_target, device="cpu")
+    report = judge(answers, prompts, baseline, scorer, SmokeOptions())
+    assert report.accept_length is not None
+    assert report.accept_length > 3.0
+    assert report.verdict == "outputs_diverged", report.as_dict()
+    assert report.as_dict()["real_losses"] == 3
+    assert report.as_dict()["termination_reason"] == "RELEASE_GATE_FAILED"
+
+
+def test_an_honest_verify_with_the_same_draft_passes_the_judge(near_tie_target: Path) -> None:
+    target = AutoModelForCausalLM.from_pretrained(near_tie_target, dtype=torch.float32).eval()
+    config = target.config.to_dict()
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter.from_target_config(
+        config, draft_vocab_size=int(config["vocab_size"]), aux_layer_ids=default_aux_layers(8)
+    )
+    drafter.set_target_embeddings(target.get_input_embeddings().weight.detach())
+    prompts = [[len(SPECIALS) + i] for i in range(2)]
+    baseline = [greedy_decode(target, p, DecodeLimits(12)).output_ids for p in prompts]
+    honest = [speculative_decode(target, drafter.eval(), p, DecodeLimits(12), 3) for p in prompts]
+    answers = [Answer(r.output_ids, len(r.output_ids), r.verify_ct, r.accept_length) for r in honest]
+    options = SmokeOptions(min_accept_length=1.0)  # a random draft: judged here for its outputs only
+    report = judge(answers, prompts, baseline, TargetScorer(near_tie_target, device="cpu"), options)
+    assert [a.output_ids for a in answers] == baseline
+    assert report.verdict == "passed", report.as_dict()
+    assert all(d.verdict == "identical" for d in report.divergences)

@@ -85,6 +85,6 @@ def write_speculators_draft(folder: Path, shape: DraftShape, dtype: torch.dtype 
     fill_finite(model)
     d2t, t2d = vocab_map(shape)
     model.load_vocab_mappings(t2d, d2t)
-    model.to(dtype)
+    torch.nn.Module.to(model, dtype)  # transformers types its .to() override for models only
     model.save_pretrained(folder)
     return folder

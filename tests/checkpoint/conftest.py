@@ -95,7 +95,8 @@ def clean_draft(tmp_path_factory: pytest.TempPathFactory, speculators_draft: Pat
     """A draft SGLang loads as is: the base every defect test breaks.
 
     Built by hand (not by the converter under test) from speculators' weights, in the classic
-    SpecForge/EAGLE layout: `midlayer.*`, no embedding, no t2d, bf16, flat config with the target's rope.
+    SpecForge/EAGLE layout: `midlayer.*`, no embedding, no t2d, bf16 (stated in the config), flat config
+    with the target's rope.
     """
     folder = tmp_path_factory.mktemp("clean") / "draft"
     folder.mkdir()
@@ -111,7 +112,10 @@ def clean_draft(tmp_path_factory: pytest.TempPathFactory, speculators_draft: Pat
     config.pop("rope_parameters", None)
     config.update({k: TARGET_CONFIG[k] for k in ("rope_theta", "rope_scaling", "max_position_embeddings")})
     config.update(
-        architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=DRAFT_VOCAB, tie_word_embeddings=False
+        architectures=["LlamaForCausalLMEagle3"],
+        draft_vocab_size=DRAFT_VOCAB,
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",  # without it SGLang builds the draft in float16 (its weights are bf16)
     )
     (folder / "config.json").write_text(json.dumps(config))
     return folder
@@ -124,7 +128,7 @@ Patch = Callable[[dict[str, Any], dict[str, torch.Tensor]], None]
 def broken_draft(tmp_path: Path, clean_draft: Path) -> Callable[[Patch], Path]:
     """A copy of the clean draft with a patch applied to its config and tensors."""
 
-    made = []
+    made: list[Path] = []
 
     def make(patch: Patch) -> Path:
         folder = tmp_path / f"broken{len(made)}"

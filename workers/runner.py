@@ -7,10 +7,17 @@ import json
 import logging
 import sys
 import threading
+import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.db import session_scope
@@ -28,6 +35,7 @@ from workers.stages.base import StageContext, StageError, TerminationReason
 
 logger = logging.getLogger("eyas.runner")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,18 +55,42 @@ class JobRunner:
         if claimed is None:
             logger.info("job %s is not ours to run (already claimed, cancelled or another host's)", job_id)
             return
+        # The job is heartbeaten from its claim until its end is stored: a reaper may judge it lost only when
+        # this worker is gone, never while it prepares, waits for the database or records the outcome.
+        beat = _Heartbeat(self.settings, claimed)
+        beat.start()
         try:
-            outcome = self._run_claimed(claimed)
-        except Exception:
-            logger.exception("job %s crashed the runner", job_id)
-            outcome = Outcome(JobState.FAILED, TerminationReason.STAGE_ERROR, traceback.format_exc(limit=5))
-        if isinstance(outcome, Requeued):
-            with session_scope(self.settings) as session:
-                lifecycle.requeue(session, job_id=claimed.id, message=outcome.message)
-            return
-        self._record(claimed, outcome)
+            try:
+                outcome = self._run_claimed(claimed, beat)
+            except Exception:
+                logger.exception("job %s crashed the runner", job_id)
+                outcome = Outcome(
+                    JobState.FAILED, TerminationReason.STAGE_ERROR, traceback.format_exc(limit=5)
+                )
+            if isinstance(outcome, Requeued):
+                message = outcome.message
+                self._store(
+                    claimed, "requeue", lambda s: lifecycle.requeue(s, job_id=claimed.id, message=message)
+                )
+            else:
+                self._record(claimed, outcome)
+        finally:
+            beat.stop()
 
-    def _run_claimed(self, job: ClaimedJob) -> Outcome | Requeued:
+    def _store(self, job: ClaimedJob, what: str, action: Callable[[Session], T]) -> T:
+        """Run `action` in a transaction, retrying while the database is unreachable (a restart): what a job
+        did must not be dropped because the database was away when it happened. Other errors propagate."""
+        delay = 0.05
+        while True:
+            try:
+                with session_scope(self.settings) as session:
+                    return action(session)
+            except (OperationalError, InterfaceError, PoolTimeout) as exc:
+                logger.warning("job %s: %s not stored yet (%s); retrying", job.id, what, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, self.settings.heartbeat_s)
+
+    def _run_claimed(self, job: ClaimedJob, beat: _Heartbeat) -> Outcome | Requeued:
         work_dir = self.settings.data_dir.resolve() / "jobs" / str(job.id)
         ctx = StageContext(work_dir=work_dir, allowed_roots=tuple(self.settings.allowed_roots))
         try:
@@ -72,7 +104,7 @@ class JobRunner:
             if not isinstance(leased, list):
                 return leased
             gpus = leased
-        return self._execute(job, work_dir, gpus)
+        return self._execute(job, work_dir, gpus, beat)
 
     def _lease(self, job: ClaimedJob) -> list[int] | Outcome | Requeued:
         inventory = gate.nvml.inventory()
@@ -97,22 +129,19 @@ class JobRunner:
             )
         return indices
 
-    def _execute(self, job: ClaimedJob, work_dir: Path, gpus: list[int]) -> Outcome:
+    def _execute(self, job: ClaimedJob, work_dir: Path, gpus: list[int], beat: _Heartbeat) -> Outcome:
         work_dir.mkdir(parents=True, exist_ok=True)
         params_file = work_dir / "params.json"
         params_file.write_text(json.dumps(job.params))
         log_file = self.settings.resolved_log_dir() / f"{job.id}.log"
-        with session_scope(self.settings) as session:
-            start_seq = logs_repo.last_seq(session, job.id)
+        start_seq = self._store(job, "log position", lambda s: logs_repo.last_seq(s, job.id))
         shipper = LogShipper(self.settings, job.id, file_path=log_file, start_seq=start_seq)
         shipper.on_line(
             "stderr", f"[eyas] attempt {job.attempt} of {job.kind} on {self.host} gpus={gpus or '-'}"
         )
         pump = EventPump(self.settings, job.id, self.host)
-        cancel = threading.Event()
-        beat = _Heartbeat(self.settings, job.id, cancel)
+        cancel = beat.cancel
         pump.start()
-        beat.start()
         try:
             result = proc.run_command(
                 _child_argv(job, params_file, work_dir, gpus, pump.write_fd, self.settings),
@@ -127,12 +156,9 @@ class JobRunner:
             )
         except proc.CommandNotFound as exc:
             pump.child_started()
-            beat.stop()
             pump.join()
             shipper.close()
             return Outcome(JobState.FAILED, TerminationReason.PREFLIGHT_FAILED, str(exc))
-        finally:
-            beat.stop()
         pump.join()
         outcome = _outcome(result, pump, job, beat)
         if gpus:
@@ -145,17 +171,26 @@ class JobRunner:
 
     def _started(self, job: ClaimedJob, started: proc.StartedProcess, pump: EventPump) -> None:
         pump.child_started()
-        with session_scope(self.settings) as session:
-            lifecycle.mark_running(
-                session, job_id=job.id, pid=started.pid, pgid=started.pgid, create_time=started.create_time
-            )
+        self._store(
+            job,
+            "its process",
+            lambda s: lifecycle.mark_running(
+                s, job_id=job.id, pid=started.pid, pgid=started.pgid, create_time=started.create_time
+            ),
+        )
 
     def _record(self, job: ClaimedJob, outcome: Outcome) -> None:
-        with session_scope(self.settings) as session:
-            lifecycle.finish(session, self.settings, job_id=job.id, outcome=outcome)
+        def record(session: Session) -> None:
+            if not lifecycle.finish(session, self.settings, job_id=job.id, outcome=outcome, claimed=job):
+                logger.warning(
+                    "job %s: attempt %d was given up as lost; its end is not recorded", job.id, job.attempt
+                )
+                return
             server_state = "stopped" if outcome.state != JobState.FAILED else "failed"
             servers.end_server_of_job(session, job_id=job.id, state=server_state, message=outcome.message)
             lifecycle.mark_reaped(session, job_id=job.id)
+
+        self._store(job, "its outcome", record)
 
 
 class WorkerStopping:
@@ -175,12 +210,13 @@ WORKER_STOPPING = WorkerStopping()
 
 
 class _Heartbeat(threading.Thread):
-    """Beats for the job every heartbeat_s; sets `cancel` at the next beat once a cancel was requested or the
-    worker is stopping."""
+    """Beats for the job every heartbeat_s; sets `cancel` at the next beat once a cancel was requested, the
+    job is no longer this worker's (the reaper gave it up), or the worker is stopping."""
 
-    def __init__(self, settings: Settings, job_id: uuid.UUID, cancel: threading.Event) -> None:
-        super().__init__(name=f"heartbeat-{job_id}", daemon=True)
-        self.settings, self.job_id, self.cancel = settings, job_id, cancel
+    def __init__(self, settings: Settings, job: ClaimedJob) -> None:
+        super().__init__(name=f"heartbeat-{job.id}", daemon=True)
+        self.settings, self.job = settings, job
+        self.cancel = threading.Event()
         self._stop = threading.Event()
         self.worker_stopped = False
 
@@ -191,10 +227,12 @@ class _Heartbeat(threading.Thread):
                 self.cancel.set()
             try:
                 with session_scope(self.settings) as session:
-                    if lifecycle.heartbeat(session, job_id=self.job_id):
+                    if lifecycle.heartbeat(
+                        session, job_id=self.job.id, worker=self.job.worker, attempt=self.job.attempt
+                    ):
                         self.cancel.set()
             except Exception as exc:  # the database may be restarting; the next beat tries again
-                logger.warning("heartbeat for job %s failed: %s", self.job_id, exc)
+                logger.warning("heartbeat for job %s failed: %s", self.job.id, exc)
 
     def stop(self) -> None:
         self._stop.set()

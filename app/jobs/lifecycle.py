@@ -34,6 +34,7 @@ class ClaimedJob:
     gpus_requested: int
     timeout_s: float | None
     attempt: int
+    worker: str
 
 
 def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> ClaimedJob | None:
@@ -42,16 +43,12 @@ def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> Cla
     if job is None or job.state != JobState.QUEUED or job.host != host:
         return None
     try:
-        transition(
-            session,
-            job,
-            JobState.STARTING,
-            extra={"worker": worker, "attempt": job.attempt + 1, "heartbeat_at": utcnow()},
-        )
+        transition(session, job, JobState.STARTING, extra={"worker": worker, "attempt": job.attempt + 1})
     except TransitionConflict:
         return None
+    repository.touch_heartbeat(session, job.id, worker, job.attempt)  # the first one, by the database's clock
     return ClaimedJob(
-        job.id, job.kind, dict(job.params), host, job.gpus_requested, job.timeout_s, job.attempt
+        job.id, job.kind, dict(job.params), host, job.gpus_requested, job.timeout_s, job.attempt, worker
     )
 
 
@@ -89,13 +86,15 @@ def mark_running(session: Session, *, job_id: uuid.UUID, pid: int, pgid: int, cr
     return True
 
 
-def heartbeat(session: Session, *, job_id: uuid.UUID) -> bool:
-    """Returns True when cancel was requested (the worker then ends the job's process group)."""
-    found = repository.touch_heartbeat(session, job_id, utcnow())
+def heartbeat(session: Session, *, job_id: uuid.UUID, worker: str, attempt: int) -> bool:
+    """Returns True when the worker must end the job's process group: a cancel was requested, or this attempt
+    no longer holds the job (it ended, or a reaper gave it up and it was queued or claimed again), so the
+    job never runs twice at once."""
+    found = repository.touch_heartbeat(session, job_id, worker, attempt)
     if found is None:
         return True
-    state, cancel_requested_at = found
-    return state == JobState.CANCELLING or cancel_requested_at is not None or state in TERMINAL
+    state, cancel_requested_at, holds = found
+    return not holds or state == JobState.CANCELLING or cancel_requested_at is not None
 
 
 def record_progress(session: Session, *, job_id: uuid.UUID, fraction: float, message: str) -> None:
@@ -117,14 +116,30 @@ class Outcome:
     result: dict[str, Any] | None = None
 
 
-def finish(session: Session, settings: Settings, *, job_id: uuid.UUID, outcome: Outcome) -> None:
-    """Record how the job ended, release its GPUs, then start or fail the jobs that wait on it."""
+def finish(
+    session: Session,
+    settings: Settings,
+    *,
+    job_id: uuid.UUID,
+    outcome: Outcome,
+    claimed: ClaimedJob | None = None,
+) -> bool:
+    """Record how the job ended, release its GPUs, then start or fail the jobs that wait on it.
+
+    With `claimed` (a worker's attempt), only while that attempt still holds the job: once a reaper gave it
+    up and it was queued or claimed again, this attempt's end is not the job's, nor are its GPU leases.
+    Returns False when the job is not (or no longer) this attempt's.
+    """
     job = repository.get(session, job_id)
     if job is None:
-        return
+        return False
+    if claimed is not None and (
+        (job.worker, job.attempt) != (claimed.worker, claimed.attempt) or job.state not in ACTIVE | TERMINAL
+    ):
+        return False
     hosts_service.release_gpus(session, job_id)
     if job.state in TERMINAL:
-        return
+        return True
     job.exit_code = outcome.exit_code
     job.result = outcome.result
     if outcome.state == JobState.SUCCEEDED:
@@ -132,6 +147,7 @@ def finish(session: Session, settings: Settings, *, job_id: uuid.UUID, outcome: 
     transition(session, job, outcome.state, reason=outcome.reason, message=outcome.message)
     results.record(session, job_id=job.id, kind=job.kind, result=outcome.result)
     settle_dependents(session, settings, job)
+    return True
 
 
 def settle_dependents(session: Session, settings: Settings, job: Job) -> None:
@@ -167,11 +183,14 @@ def _queue_dependent(session: Session, settings: Settings, job: Job) -> None:
     enqueue_after_commit(session, settings, str(job.id), job.host)
 
 
-def reap_lost(session: Session, settings: Settings, *, now: datetime | None = None) -> list[uuid.UUID]:
-    """Active jobs whose heartbeat stopped: WORKER_LOST (or queued again while attempts remain)."""
-    now = now or utcnow()
+def reap_lost(session: Session, settings: Settings) -> list[uuid.UUID]:
+    """Active jobs whose heartbeat stopped: WORKER_LOST (or queued again while attempts remain).
+
+    "Stopped" is judged by the database's clock and never counts time the database itself was down (see
+    repository.stale_active); the worker heartbeats a job from its claim until its end is recorded.
+    """
     lost = []
-    for job in repository.stale_active(session, now - timedelta(seconds=settings.lost_after_s)):
+    for job in repository.stale_active(session, settings.lost_after_s):
         message = f"no heartbeat from worker {job.worker} since {job.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}"
         if lose(session, settings, job, message=message):
             lost.append(job.id)

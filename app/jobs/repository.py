@@ -131,20 +131,19 @@ def mark_dispatched(session: Session, job_id: uuid.UUID, at: datetime) -> None:
 
 
 def touch_heartbeat(
-    session: Session, job_id: uuid.UUID, worker: str
-) -> tuple[str, datetime | None, str | None] | None:
-    """Record a heartbeat (database clock) on an active job this worker holds; returns the job's
-    (state, cancel_requested_at, worker), or None if there is no such job."""
-    session.execute(
+    session: Session, job_id: uuid.UUID, worker: str, attempt: int
+) -> tuple[str, datetime | None, bool] | None:
+    """Record a heartbeat (database clock) on an active job while this worker's attempt holds it; returns
+    (state, cancel_requested_at, whether the attempt still holds it), or None if there is no such job."""
+    holds = and_(Job.state.in_([s.value for s in ACTIVE]), Job.worker == worker, Job.attempt == attempt)
+    touched = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.state.in_([s.value for s in ACTIVE]), Job.worker == worker)
+        .where(Job.id == job_id, holds)
         .values(heartbeat_at=_db_now(session))
         .execution_options(synchronize_session=False)
     )
-    row = session.execute(
-        select(Job.state, Job.cancel_requested_at, Job.worker).where(Job.id == job_id)
-    ).one_or_none()
-    return (row[0], row[1], row[2]) if row else None
+    row = session.execute(select(Job.state, Job.cancel_requested_at).where(Job.id == job_id)).one_or_none()
+    return (row[0], row[1], touched.rowcount == 1) if row else None  # type: ignore[attr-defined]
 
 
 def orphan_candidates(session: Session, host: str) -> list[Job]:

@@ -1,18 +1,19 @@
 """Outages of one service at a time: the API answers 503 problem+json while PostgreSQL is down and recovers
 by itself; workers reconnect to a restarted Redis by themselves; a database restart does not lose healthy
-jobs."""
+jobs, neither those running through it nor those that end while it is down."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.reliability._services import wait_until
-from tests.reliability._stack import Stack
+from tests.reliability._stack import Stack, private_stack
 
 
 def submit(http: httpx.Client, host: str, **params: Any) -> str:
@@ -104,6 +105,28 @@ def test_a_running_job_is_not_lost_when_the_database_restarts(stack: Stack) -> N
             os.kill(worker.pid, signal.SIGCONT)
         job = wait_terminal(http, job_id)
     assert (job["state"], job["termination_reason"]) == ("succeeded", "SUCCEEDED"), job
+
+
+def test_jobs_that_end_while_the_database_is_down_are_recorded_not_lost(tmp_path: Path) -> None:
+    # A job is lost 1 s after its last heartbeat here; PostgreSQL stays down for 3 s, and every job's process
+    # ends inside that outage, so each worker must keep the job alive (heartbeats) until its end is stored.
+    # Before the fix the heartbeat stopped with the process and the end waited on the database with a
+    # backoff of up to 2 s: the reapers (the API's and the worker's) failed those jobs WORKER_LOST.
+    with private_stack(tmp_path, heartbeat_s=0.25, lost_after_heartbeats=4) as stack:
+        stack.start_api()
+        worker = stack.start_worker("rel-a", EYAS_WORKER_CONCURRENCY="4")
+        with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:
+            jobs = [submit(http, "rel-a", lines=1, sleep_s=1.0) for _ in range(4)]
+            wait_until(
+                lambda: all(http.get(f"/v1/jobs/{j}").json()["state"] == "running" for j in jobs), 30, "run"
+            )
+            stack.pg.stop()
+            time.sleep(stack.settings.lost_after_s * 3)
+            stack.pg.start()
+            ended = [wait_terminal(http, j) for j in jobs]
+        assert worker.alive(), worker.log()[-2000:]
+    outcomes = [(j["state"], j["termination_reason"], j["message"]) for j in ended]
+    assert outcomes == [("succeeded", "SUCCEEDED", None)] * len(jobs), outcomes
 
 
 def test_a_submission_while_the_broker_is_down_answers_promptly(stack: Stack) -> None:

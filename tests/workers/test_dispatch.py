@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.queue import send_job
+from app.jobs import lifecycle
 from app.jobs.maintenance import tick
 from app.models.job import Job
 from tests.conftest import ROOT, WorkerProcess, worker_env
@@ -263,6 +264,39 @@ def test_lost_job_with_attempts_left_is_retried(
             break
         time.sleep(0.3)
     assert (current["attempt"], current["state"]) == (2, "running"), current
+    client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin)
+    assert wait_for(client, admin, job["id"])["state"] == "cancelled"
+
+
+def test_a_job_given_up_as_lost_is_stopped_by_its_live_worker_and_runs_once_at_a_time(
+    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # A reaper may judge a live worker lost when it cannot see its heartbeats (a network partition between
+    # that worker and the database). The job is then queued again; the worker, still running attempt 1,
+    # must find at its next heartbeat that the attempt no longer holds the job and end its process, and the
+    # end of attempt 1 must not be recorded over attempt 2.
+    start_worker("gpu-a", EYAS_WORKER_CONCURRENCY="2")
+    job = submit(client, admin, params={"lines": 1, "sleep_s": 300}, max_attempts=2)
+    first = wait_state(client, admin, job["id"], "running")
+    with session_scope(settings) as session:
+        row = session.get(Job, uuid.UUID(job["id"]))
+        assert row is not None
+        assert lifecycle.lose(session, settings, row, message="judged lost by the test")
+    deadline = time.monotonic() + settings.cancel_grace_s + settings.heartbeat_s * 4 + 5
+    while time.monotonic() < deadline and _alive(first["pid"]):
+        time.sleep(0.1)
+    assert not _alive(first["pid"]), "attempt 1 still runs after the job was given up"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        tick(settings)  # re-sends the queued job if its message went nowhere
+        second = client.get(f"/v1/jobs/{job['id']}", headers=admin).json()
+        if second["attempt"] == 2 and second["state"] == "running":
+            break
+        time.sleep(0.3)
+    assert (second["attempt"], second["state"]) == (2, "running"), second
+    assert second["pid"] != first["pid"]
+    time.sleep(settings.heartbeat_s * 3)  # attempt 1's end, if it were recorded, would show by now
+    assert client.get(f"/v1/jobs/{job['id']}", headers=admin).json()["state"] == "running"
     client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin)
     assert wait_for(client, admin, job["id"])["state"] == "cancelled"
 

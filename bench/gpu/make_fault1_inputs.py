@@ -3,7 +3,7 @@
     .venv/bin/python bench/gpu/make_fault1_inputs.py OUT [--steps 300]
 
 OUT/target             the constructed successor Llama (workers.ml.demo_assets), bf16, with its tokenizer
-OUT/draft_speculators  an EAGLE-3 draft fitted to it on the CPU, re-saved through speculators' Eagle3DraftModel
+OUT/draft_speculators  an EAGLE-3 draft fitted to it on the CPU, re-saved through speculators' classes
                        (save_pretrained, bf16): the layout a speculators-trained draft arrives in
 OUT/draft_native       the same tensors saved by eyas in SGLang's native layout (`midlayer.*`, torch_dtype)
 OUT/inputs.json        what was built, with the acceptance the fitted draft reaches offline (torch, greedy)

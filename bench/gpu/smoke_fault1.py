@@ -9,7 +9,7 @@ INPUTS is what bench/gpu/make_fault1_inputs.py wrote (target/, draft_speculators
    wrote it before the fix: SGLang 0.5.14 builds that draft in float16 against a bf16 target;
 3. the smoke test (workers.serving.smoke, real SGLang, CUDA graphs ON, triton attention, pytorch sampling, no
    grammar backend) on unfixed (launch checks not enforced, so the server really starts), on fixed (against
-   a no-speculation baseline), and on draft_native (the same tensors in SGLang's native layout, same baseline).
+   a no-speculation baseline), and on draft_native (the same tensors in SGLang's native layout).
 Prints one JSON: unfixed caught (server died), fixed passed with its acceptance, native's acceptance.
 """
 

@@ -1,7 +1,8 @@
 """The SGLang draft doctor: would this checkpoint load every weight, and run as trained?
 
-It reads config.json and the safetensors headers (plus the small d2t tensor), never the weights, so it
-answers in well under a second for any checkpoint size.
+It reads config.json and the safetensors headers (plus the small d2t tensor), never the weights, so its
+time does not grow with the checkpoint; the first call in a process also imports torch and transformers,
+to read the config the way SGLang does (sglang_reading).
 """
 
 from __future__ import annotations

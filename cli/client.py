@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import uuid
 from pathlib import Path
@@ -10,6 +9,8 @@ from typing import Any, NoReturn
 
 import httpx
 import typer
+
+from workers.userfiles import Cap, UserFileError, read_user_json_object
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -69,11 +70,9 @@ def parse_uuid(value: str, what: str) -> str:
 
 
 def load_json_object(file: Path) -> dict[str, Any]:
-    """A spec file's JSON object, or a usage error when it is unreadable or holds something else."""
+    """A spec file's JSON object, or a usage error (exit 2) when it is unreadable, not a regular file (a FIFO
+    or /dev/zero would hang or fill memory), larger than Cap.SPEC, or holds something else."""
     try:
-        spec = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        fail(f"cannot read {file}: {exc}")
-    if not isinstance(spec, dict):
-        fail(f"{file} must hold a JSON object")
-    return spec
+        return read_user_json_object(file, Cap.SPEC, "spec file")
+    except UserFileError as exc:
+        fail(f"cannot read {exc}", EXIT_USAGE)

@@ -26,6 +26,7 @@ from workers.params import STAGE_SPECS
 from workers.params.common import StageParams
 from workers.stages import load_stage
 from workers.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from workers.userfiles import Cap, UserFileError, read_user_json
 
 EXIT_CANCELLED = 130
 
@@ -102,17 +103,22 @@ def main(argv: list[str] | None = None) -> int:
         cancel=cancel,
         job_id=args.job_id,
     )
-    raw = json.loads(args.params_file.read_text())
-    params = STAGE_SPECS[args.kind].params_model().model_validate(raw)
     try:
-        return _run(ctx, sink, args.kind, params)
+        return _run(ctx, sink, args.kind, args.params_file)
     finally:
         if isinstance(sink, RankSink):
             sink.close()
 
 
-def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params: StageParams) -> int:
+def _load_params(kind: str, params_file: Path) -> StageParams:
+    raw = read_user_json(params_file, Cap.SPEC, "params file")
+    params: StageParams = STAGE_SPECS[kind].params_model().model_validate(raw)
+    return params
+
+
+def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params_file: Path) -> int:
     try:
+        params = _load_params(kind, params_file)
         for path in params.host_paths():
             ctx.check_path(path)
         result = load_stage(kind)(ctx, params)
@@ -121,7 +127,9 @@ def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params: StagePar
         # A rank that stopped on request exits cleanly: its launcher knows it cancelled, and torchrun would
         # report a non-zero exit as a failed worker.
         return 0 if isinstance(sink, RankSink) else EXIT_CANCELLED
-    except StageError as exc:
+    except (StageError, UserFileError) as caught:
+        # A user-given file a stage refused to read (a FIFO, a device, too large) is bad input, not a crash.
+        exc = caught if isinstance(caught, StageError) else StageError.bad_input(caught)
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
         sink.emit({"type": "error", "reason": exc.reason, "message": exc.message, "details": exc.details})
         return exc.exit_code or 1

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workers.ml._config import DRAFTER_ARCHITECTURE, text_config
+from workers.userfiles import Cap, check_regular, read_user_json_object
 
 if TYPE_CHECKING:
     from workers.ml.drafter import Eagle3Drafter
@@ -68,7 +69,7 @@ def _check_matches_target(config: dict[str, Any], target_config: dict[str, Any])
 
 
 def read_drafter_config(folder: Path) -> dict[str, Any]:
-    config: dict[str, Any] = json.loads((Path(folder) / "config.json").read_text())
+    config = read_user_json_object(Path(folder) / "config.json", Cap.CONFIG, "draft config.json")
     if DRAFTER_ARCHITECTURE not in config.get("architectures", []):
         raise ValueError(f"{folder}/config.json is not a {DRAFTER_ARCHITECTURE} config")
     return config
@@ -82,6 +83,7 @@ def load_drafter(
 
     folder = Path(folder)
     model = Eagle3Drafter(read_drafter_config(folder))
+    check_regular(folder / "model.safetensors", Cap.WEIGHTS, "draft weights")
     tensors = _canonical_names(load_file(str(folder / "model.safetensors")))
     expected = set(checkpoint_tensors(model))
     missing, unexpected = expected - tensors.keys(), tensors.keys() - expected

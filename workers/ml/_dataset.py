@@ -14,6 +14,7 @@ import torch
 
 from workers.ml.conversations import TokenizedSample
 from workers.ml.hidden_store import TOKEN_FREQ
+from workers.userfiles import Cap, check_model_folder, check_regular, open_user_file
 
 _TOKENIZER_FILES = (
     "tokenizer.json",
@@ -23,9 +24,9 @@ _TOKENIZER_FILES = (
 )
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, cap: int = Cap.DATASET, what: str = "file") -> str:
     digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
+    with open_user_file(path, cap, what) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -36,8 +37,9 @@ def tokenizer_sha256(folder: Path) -> str:
     digest = hashlib.sha256()
     for name in _TOKENIZER_FILES:
         path = Path(folder) / name
-        if path.exists():
-            digest.update(name.encode() + b"\0" + file_sha256(path).encode())
+        if os.path.lexists(path):
+            cap = Cap.TOKENIZER if name == "tokenizer.json" else Cap.CONFIG
+            digest.update(name.encode() + b"\0" + file_sha256(path, cap, name).encode())
     return digest.hexdigest()
 
 
@@ -67,6 +69,7 @@ def write_dataset(output: Path, samples: list[TokenizedSample]) -> None:
 
 
 def read_dataset_rows(output: Path) -> tuple[list[list[int]], list[list[int]]]:
+    check_model_folder(output, "extraction folder")  # datasets opens its files with plain `open`
     """(input_ids, loss_mask) of every row, as plain lists."""
     from datasets import load_from_disk
 
@@ -87,5 +90,7 @@ def write_token_freq(output: Path, samples: list[TokenizedSample]) -> dict[int, 
 
 
 def read_token_freq(output: Path) -> dict[int, int]:
-    frequencies: dict[int, int] = torch.load(Path(output) / TOKEN_FREQ, weights_only=True)
+    path = Path(output) / TOKEN_FREQ
+    check_regular(path, Cap.TOKENIZER, TOKEN_FREQ)
+    frequencies: dict[int, int] = torch.load(path, weights_only=True)
     return {int(k): int(v) for k, v in frequencies.items()}

@@ -18,6 +18,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from workers.userfiles import Cap, iter_user_lines
+
 Overlong = Literal["truncate", "drop"]
 
 _ROLE_ALIASES = {
@@ -164,10 +166,10 @@ def tokenize_conversation(
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with Path(path).open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if line.strip():
-                yield line_no, line
+    """The non-blank lines of a JSONL file: a regular file, each line at most Cap.LINE bytes."""
+    for line_no, line in iter_user_lines(path, Cap.DATASET, "conversation data", Cap.LINE):
+        if line.strip():
+            yield line_no, line
 
 
 def tokenize_file(

@@ -18,6 +18,7 @@ from torch import nn
 from workers.ml._writer import AsyncWriter, HostBatch, Written
 from workers.ml.capture import capture_hidden_states
 from workers.ml.hidden_store import bytes_per_token, hidden_path, is_complete
+from workers.userfiles import check_model_folder
 
 FILE_OVERHEAD_BYTES = 512  # safetensors header of one sample, generously rounded
 
@@ -57,6 +58,7 @@ def length_sorted_batches(pending: list[PendingSample], batch_size: int) -> list
 def load_target_model(folder: Path, *, dtype: torch.dtype, device: torch.device) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
+    check_model_folder(folder, "target model folder")  # transformers would wait on a FIFO config.json
     model: nn.Module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
     return model.to(device).eval()
 

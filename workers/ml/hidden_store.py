@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from workers.userfiles import Cap, check_regular, open_user_file, read_user_json_object
+
 MANIFEST = "eyas_manifest.json"
 TOKEN_FREQ = "token_freq.pt"
 HIDDEN_DIR = "hidden_states"
@@ -74,14 +76,17 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], *, durable: 
 def read_header(path: Path) -> dict[str, Any] | None:
     """The safetensors header, or None when the file is missing, torn or shorter than it declares."""
     try:
-        with path.open("rb") as handle:
+        with open_user_file(path, Cap.WEIGHTS, "hidden states") as handle:  # UserFileError is a ValueError
             (length,) = struct.unpack("<Q", handle.read(8))
+            if length > Cap.HEADER:
+                return None
             header: dict[str, Any] = json.loads(handle.read(length))
+            size = os.fstat(handle.fileno()).st_size
         data_end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        if path.stat().st_size != 8 + length + data_end:
+        if size != 8 + length + data_end:
             return None
         return header
-    except (OSError, ValueError, struct.error, KeyError, TypeError):
+    except (OSError, ValueError, struct.error, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -105,10 +110,9 @@ def remove_stale_temporaries(output: Path) -> int:
 
 def read_manifest(output: Path) -> dict[str, Any] | None:
     path = Path(output) / MANIFEST
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    manifest: dict[str, Any] = json.loads(path.read_text())
-    return manifest
+    return read_user_json_object(path, Cap.CONFIG, MANIFEST)
 
 
 def write_manifest(output: Path, manifest: dict[str, Any]) -> None:
@@ -122,4 +126,6 @@ def load_sample(output: Path, index: int) -> dict[str, torch.Tensor]:
     """Row i's `token_ids` [seq] and `hidden_states` [seq, 4, T] (memory-mapped by safetensors)."""
     from safetensors.torch import load_file
 
-    return load_file(str(hidden_path(output, index)))
+    path = hidden_path(output, index)
+    check_regular(path, Cap.WEIGHTS, "hidden states")  # safetensors' open would wait on a FIFO
+    return load_file(str(path))

@@ -7,7 +7,7 @@ so training a drafter for a 70B target does not load 70B parameters.
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from workers.ml._config import text_config
+from workers.userfiles import Cap, check_regular, read_user_json_object
 
 _EMBED_NAMES = (
     "model.embed_tokens.weight",
@@ -65,12 +66,19 @@ class TargetHead:
 def _weight_files(folder: Path) -> dict[str, Path]:
     """tensor name -> file holding it."""
     index = folder / "model.safetensors.index.json"
-    if index.exists():
-        weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-        return {name: folder / file for name, file in weight_map.items()}
+    if os.path.lexists(index):
+        weight_map = read_user_json_object(index, Cap.CONFIG, index.name).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise TargetWeightsError(f"{index} has no weight_map object")
+        files = {name: folder / str(file) for name, file in weight_map.items()}
+        for path in set(files.values()):
+            if os.path.lexists(path):  # a shard that is missing fails when a tensor in it is read
+                check_regular(path, Cap.WEIGHTS, "weight file")
+        return files
     single = folder / "model.safetensors"
-    if not single.exists():
+    if not os.path.lexists(single):
         raise TargetWeightsError(f"{folder} has neither model.safetensors nor model.safetensors.index.json")
+    check_regular(single, Cap.WEIGHTS, "weight file")  # safetensors' open would wait on a FIFO
     with safe_open(str(single), framework="pt") as handle:
         return dict.fromkeys(handle.keys(), single)
 
@@ -78,6 +86,7 @@ def _weight_files(folder: Path) -> dict[str, Path]:
 def _read(files: dict[str, Path], names: tuple[str, ...], what: str) -> torch.Tensor:
     for name in names:
         if name in files:
+            check_regular(files[name], Cap.WEIGHTS, "weight file")
             with safe_open(str(files[name]), framework="pt") as handle:
                 tensor: torch.Tensor = handle.get_tensor(name)
                 return tensor

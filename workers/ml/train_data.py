@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from workers.ml._config import check_aux_layers, text_config
 from workers.ml._dataset import read_token_freq
 from workers.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
+from workers.userfiles import check_model_folder
 
 LENGTH_GROUP_BATCHES = 32  # batches per length-sorted group: little padding, still well shuffled
 
@@ -48,6 +49,7 @@ def open_extraction(folder: Path, target_config: dict[str, Any]) -> Extraction:
     problems = _mismatches(manifest, target_config)
     if problems:
         raise ExtractionMismatch("the extraction does not match the target: " + "; ".join(problems))
+    check_model_folder(folder, "extraction folder")  # datasets opens its files with plain `open`
     seq_lens = [int(n) for n in load_from_disk(str(folder)).with_format(None)["seq_len"]]
     return Extraction(Path(folder), manifest, seq_lens, read_token_freq(folder))
 

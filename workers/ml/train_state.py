@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from workers.ml.drafter import Eagle3Drafter
+from workers.userfiles import Cap, check_regular
 
 STATE_FILE = "train_state.pt"
 STATE_FORMAT = 1
@@ -65,8 +66,9 @@ def save_state(
 
 def load_state(output: Path) -> dict[str, Any] | None:
     path = Path(output) / STATE_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
+    check_regular(path, Cap.WEIGHTS, STATE_FILE)
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
     return state
 

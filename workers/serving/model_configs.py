@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from workers.serving import sglang_rules as rules
+from workers.userfiles import Cap, UserFileError, read_user_json
 
 
 def read_config(folder: str | Path) -> dict[str, Any] | None:
-    """The folder's config.json, or None when it is missing or not a JSON object."""
+    """The folder's config.json, or None when it is missing or not a JSON object.
+
+    A config.json that is a FIFO, a device, a folder or over Cap.CONFIG raises UserFileError naming it:
+    reading it would hang or exhaust memory, and SGLang would trip over it the same way."""
     path = Path(folder) / "config.json"
     try:
-        loaded = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        loaded = read_user_json(path, Cap.CONFIG, "config.json")
+    except UserFileError as exc:
+        if exc.problem in ("missing", "invalid", "unreadable"):
+            return None
+        raise
     return loaded if isinstance(loaded, dict) else None
 
 

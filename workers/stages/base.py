@@ -15,6 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from workers.userfiles import UserFileError
+
 
 class TerminationReason(StrEnum):
     """Why a job ended the way it did (machine-readable, stable)."""
@@ -38,6 +40,7 @@ class TerminationReason(StrEnum):
     CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
     LAUNCH_CHECK_FAILED = "LAUNCH_CHECK_FAILED"
     RELEASE_GATE_FAILED = "RELEASE_GATE_FAILED"
+    BAD_INPUT = "BAD_INPUT"  # a user-given file eyas will not read: a FIFO, a device, a folder, too large
 
 
 class StageError(Exception):
@@ -56,6 +59,15 @@ class StageError(Exception):
         self.reason = reason
         self.details = details or {}
         self.exit_code = exit_code
+
+    @classmethod
+    def bad_input(cls, exc: UserFileError) -> StageError:
+        """A user-given path eyas refused to read (workers/userfiles.py), as a failure naming the path."""
+        return cls(
+            str(exc),
+            reason=TerminationReason.BAD_INPUT,
+            details={"path": str(exc.path), "problem": exc.problem},
+        )
 
 
 class StageCancelled(Exception):

@@ -44,6 +44,7 @@ from workers.ml.extraction import (
 from workers.params.extract import ExtractParams
 from workers.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from workers.stages.base import StageContext, StageError, TerminationReason
+from workers.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -131,10 +132,17 @@ def _written_by_all(ranks: Ranks, device: torch.device, progress: _Progress) -> 
 
 def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
     target = ctx.check_path(params.target)
+    tokenizer = ctx.check_path(params.tokenizer) if params.tokenizer else target
+    # Every file transformers will read, and the data, up front: a FIFO among them fails now, not at timeout.
+    check_model_folder(target, "target model folder")
+    if tokenizer != target:
+        check_model_folder(tokenizer, "tokenizer folder")
+    data = ctx.check_path(params.data)
+    check_regular(data, Cap.DATASET, "conversation data")
     config_path = target / "config.json"
     if not config_path.exists():
         raise StageError(f"{target} has no config.json (expected a HF model folder)")
-    target_config = json.loads(config_path.read_text())
+    target_config = read_user_json_object(config_path, Cap.CONFIG, "target config.json")
     num_layers = int(text_config(target_config)["num_hidden_layers"])
     try:
         aux = check_aux_layers(params.aux_layers or default_aux_layers(num_layers), num_layers)
@@ -144,9 +152,9 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
     (output / hidden_store.HIDDEN_DIR).mkdir(parents=True, exist_ok=True)
     return _Inputs(
         target=target,
-        data=ctx.check_path(params.data),
+        data=data,
         output=output,
-        tokenizer=ctx.check_path(params.tokenizer) if params.tokenizer else target,
+        tokenizer=tokenizer,
         target_config=target_config,
         aux_layers=aux,
         dtype=DTYPES[params.dtype],
@@ -161,7 +169,7 @@ def _device(params: ExtractParams, ranks: Ranks) -> torch.device:
 
 def _fingerprint_inputs(params: ExtractParams, inputs: _Inputs) -> dict[str, Any]:
     return {
-        "data_sha256": file_sha256(inputs.data),
+        "data_sha256": file_sha256(inputs.data, Cap.DATASET, "conversation data"),
         "tokenizer_sha256": tokenizer_sha256(inputs.tokenizer),
         "target_config": text_config(inputs.target_config),
         "aux_layers": inputs.aux_layers,

@@ -9,13 +9,13 @@ from typing import Any
 
 from workers.params.selftest import SelftestParams
 from workers.stages.base import StageContext, StageError, TerminationReason
+from workers.userfiles import append_user_text
 
 
 def run(ctx: StageContext, params: SelftestParams) -> dict[str, Any]:
     if params.marker_file:
         marker = ctx.check_path(params.marker_file)
-        with marker.open("a") as fh:
-            fh.write(f"{ctx.job_id} {datetime.now(UTC).isoformat()}\n")
+        append_user_text(marker, f"{ctx.job_id} {datetime.now(UTC).isoformat()}\n", "marker file")
     interval = 1.0 / params.lines_per_second if params.lines_per_second else 0.0
     _print_lines(ctx, params, interval)
     deadline = time.monotonic() + params.sleep_s

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.userfiles import Cap, iter_user_lines
+
 DEFAULT_PROMPTS = Path(__file__).with_name("default.jsonl")
 MAX_PROMPT_FILE_BYTES = 64 * 2**20
 
@@ -29,10 +31,8 @@ class Prompt:
 def load_prompts(path: str | Path | None = None, *, limit: int | None = None) -> list[Prompt]:
     """Read a JSONL prompt set (the built-in one when path is None); raises ValueError naming the bad line."""
     source = Path(path) if path is not None else DEFAULT_PROMPTS
-    if source.stat().st_size > MAX_PROMPT_FILE_BYTES:
-        raise ValueError(f"{source} is larger than {MAX_PROMPT_FILE_BYTES // 2**20} MiB")
     prompts: list[Prompt] = []
-    for number, line in enumerate(source.read_text().splitlines(), start=1):
+    for number, line in iter_user_lines(source, MAX_PROMPT_FILE_BYTES, "prompt file", Cap.LINE):
         if not line.strip():
             continue
         try:

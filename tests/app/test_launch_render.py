@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,14 @@ def test_render_refuses_bad_specs_before_any_job(client: TestClient, admin: Head
 NVML_STANDIN = Path(__file__).resolve().parent / "nvml_standin"
 
 
-def gpu_worker(start_worker: Callable[..., WorkerProcess], gpus: int) -> WorkerProcess:
+def gpu_worker(start_worker: Callable[..., WorkerProcess], tmp_path: Path, gpus: int) -> WorkerProcess:
     """A real worker whose NVML (a stand-in, this machine has no GPU) reports `gpus` idle H200s."""
-    path = os.pathsep.join(p for p in (str(NVML_STANDIN), os.environ.get("PYTHONPATH", "")) if p)
-    return start_worker("gpu-a", PYTHONPATH=path, EYAS_STANDIN_GPUS=str(gpus))
+    standin = tmp_path / "nvml"
+    standin.mkdir()
+    shutil.copy(NVML_STANDIN / "pynvml.py", standin / "pynvml.py")
+    (standin / "gpus").write_text(str(gpus))
+    path = os.pathsep.join(p for p in (str(standin), os.environ.get("PYTHONPATH", "")) if p)
+    return start_worker("gpu-a", PYTHONPATH=path)
 
 
 def render(client: TestClient, admin: Headers, spec: dict[str, object]) -> dict[str, Any]:
@@ -93,9 +98,13 @@ def finding_codes(rendered: dict[str, object]) -> set[str]:
 
 
 def test_a_dry_run_is_judged_against_the_hosts_gpus_not_the_none_it_holds(
-    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
+    client: TestClient,
+    admin: Headers,
+    settings: Settings,
+    start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
 ) -> None:
-    gpu_worker(start_worker, gpus=1)
+    gpu_worker(start_worker, tmp_path, gpus=1)
     assert client.get("/v1/hosts/gpu-a", headers=admin).json()["gpu_count"] == 1
     target = successor_target(settings.allowed_roots[0] / "render-gpu" / "target")
     spec: dict[str, object] = {"engine": "sglang", "model": str(target), "port": free_port()}
@@ -115,9 +124,13 @@ def test_a_dry_run_is_judged_against_the_hosts_gpus_not_the_none_it_holds(
 
 
 def test_tp_size_that_does_not_split_the_heads_is_refused_with_the_valid_sizes(
-    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
+    client: TestClient,
+    admin: Headers,
+    settings: Settings,
+    start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
 ) -> None:
-    gpu_worker(start_worker, gpus=3)
+    gpu_worker(start_worker, tmp_path, gpus=3)
     target = successor_target(settings.allowed_roots[0] / "render-tp" / "target", heads=4, kv_heads=2)
     spec: dict[str, object] = {"engine": "sglang", "model": str(target), "tp_size": 3, "port": free_port()}
     rendered = render(client, admin, spec)

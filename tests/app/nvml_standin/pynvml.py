@@ -1,9 +1,10 @@
-"""A stand-in for nvidia-ml-py's `pynvml`, put first on a test worker's PYTHONPATH: idle H200s, as many
-as EYAS_STANDIN_GPUS says. This machine has no GPU; eyas reads only the calls below (hostinfo/gpus.py)."""
+"""A stand-in for nvidia-ml-py's `pynvml`, put first on a test worker's PYTHONPATH: idle H200s, as many as
+the file `gpus` beside this module says (a file, since a job's process gets an allow-listed environment).
+This machine has no GPU; eyas reads only the calls below (workers/hostinfo/gpus.py)."""
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from types import SimpleNamespace
 
 NVML_TEMPERATURE_GPU = 0
@@ -19,7 +20,8 @@ def nvmlInit() -> None:  # noqa: N802 - pynvml's names
 
 
 def nvmlDeviceGetCount() -> int:  # noqa: N802
-    return int(os.environ.get("EYAS_STANDIN_GPUS", "1"))
+    count = Path(__file__).with_name("gpus")
+    return int(count.read_text()) if count.exists() else 1
 
 
 def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802

@@ -4,12 +4,14 @@ no stored row is added, changed or removed (every table is counted before and af
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -17,6 +19,7 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.hosts import service as hosts_service
 from tests.conftest import TABLES
+from tests.reliability._hostile import hostile_values, probes, routes
 
 Headers = dict[str, str]
 CYRILLIC_P, CYRILLIC_E, CYRILLIC_A = "\u0440", "\u0435", "\u0430"
@@ -350,3 +353,101 @@ def test_filter_values_the_database_refuses_are_a_422(
         f"/v1/jobs/{job_id}/metrics?since_step={past_int64}",
     ):
         refused(client, settings, admin, "GET", url, 422, "VALIDATION_FAILED")
+
+
+LISTINGS = (
+    "/v1/jobs",
+    "/v1/jobs?limit=500",
+    "/v1/pipelines",
+    "/v1/servers",
+    "/v1/benchmarks",
+    "/v1/artifacts",
+    "/v1/hosts",
+    "/v1/tokens",
+)
+
+
+def walk_bodies(root: Path) -> dict[tuple[str, str], Any]:
+    """A plausible body per route that takes one, so a hostile value reaches the deep checks (params)."""
+    train = {"data": f"{root}/hs", "target": f"{root}/t", "output": f"{root}/o", "device": "cpu", "lr": 1e-4}
+    return {
+        ("POST", "/v1/jobs"): {
+            "kind": "train", "host": "gpu-a", "params": train, "gpus": 0, "timeout_s": 60.0,
+            "depends_on": [],
+        },
+        ("POST", "/v1/pipelines"): {
+            "target": f"{root}/t", "data": f"{root}/d.jsonl", "workdir": f"{root}/w", "host": "gpu-a",
+            "extract": {"device": "cpu"}, "train": {"device": "cpu", "grad_clip": 1.0},
+            "fix_keys": {"sglang_version": "0.5.14"},
+        },
+        ("POST", "/v1/launch/render"): {
+            "spec": {"engine": "reference", "model": f"{root}/m", "mem_fraction_static": 0.5,
+                     "env": {"NCCL_DEBUG": "INFO"}, "extra_args": ["--chat-template", f"{root}/c"]},
+            "host": "gpu-a", "timeout": 0.2,
+        },
+        ("POST", "/v1/tokens"): {"name": "walker", "scopes": ["read"]},
+    }  # fmt: skip
+
+
+@pytest.mark.usefixtures("host_root")
+def test_every_route_refuses_hostile_values_without_a_500_and_listings_stay_whole(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Path
+) -> None:
+    root = Path(settings.allowed_roots[0])
+    fifo = root / "walk.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    values = hostile_values(str(fifo))
+    app = cast(FastAPI, client.app)
+    walked: set[tuple[str, str]] = set()
+    failures: list[str] = []
+    for probe in probes(app, walk_bodies(root), values):
+        walked.add((probe.method, probe.route))
+        if probe.body is None:
+            response = client.request(probe.method, probe.url, headers=admin)
+        else:
+            content = probe.body.encode("ascii")
+            response = client.request(
+                probe.method,
+                probe.url,
+                content=content,
+                headers={**admin, "content-type": "application/json"},
+            )
+        must_refuse = probe.value.url_refused if probe.body is None else probe.value.refused
+        what = f"{probe.method} {probe.route} {probe.where}={probe.value.name}: {response.status_code}"
+        if response.status_code >= 500 or (must_refuse and not 400 <= response.status_code < 500):
+            failures.append(f"{what} {response.text[:160]}")
+        elif response.status_code >= 400 and not response.headers["content-type"].startswith(
+            "application/problem+json"
+        ):
+            failures.append(f"{what} is not problem+json")
+    assert failures == [], "\n".join(failures[:40])
+    assert len(walked) == len(routes(app)) > 20, "the walk missed routes"
+    for url in LISTINGS:
+        listed = client.get(url, headers=admin)
+        assert listed.status_code == 200, (url, listed.text[:300])
+    for job in client.get("/v1/jobs?limit=500", headers=admin).json()["items"]:
+        assert client.get(f"/v1/jobs/{job['id']}", headers=admin).status_code == 200
+
+
+@pytest.mark.usefixtures("host_root")
+def test_special_files_in_paths_never_reach_a_500(
+    client: TestClient, admin: Headers, settings: Settings
+) -> None:
+    """The API never opens a path it is given (they name files on the worker host, checked there); a
+    special file outside the allowed roots is refused, one inside is the worker's to refuse."""
+    root = Path(settings.allowed_roots[0])
+    fifo = root / "special.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    refused(
+        client, settings, admin, "POST", "/v1/jobs", 422, "PATH_NOT_ALLOWED",
+        json={"kind": "fix_keys", "host": "gpu-a", "params": {"source": "/dev/zero", "dest": f"{root}/o"}},
+    )  # fmt: skip
+    for params in ({"source": str(fifo), "dest": f"{root}/o"}, {"source": f"{root}/s", "dest": str(fifo)}):
+        response = client.post(
+            "/v1/jobs", json={"kind": "fix_keys", "host": "gpu-a", "params": params}, headers=admin
+        )
+        assert response.status_code in (201, 422), response.text
+    for url in LISTINGS:
+        assert client.get(url, headers=admin).status_code == 200, url

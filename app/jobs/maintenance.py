@@ -68,7 +68,9 @@ class MaintenanceLoop(threading.Thread):
 
     def _reaping_is_fair(self) -> bool:
         # Heartbeats could not be written while the database was away: a job is judged lost only once the
-        # database has answered for a whole lost-after period, so live workers have had time to beat again.
+        # database has answered this loop for a whole lost-after period, so live workers have had time to
+        # beat again. (A restart of PostgreSQL is also discounted by the reaper's query itself, whether or
+        # not this loop saw it: repository.stale_active.)
         if self._healthy_since is None:
             return False
         grace = self.settings.lost_after_s + self.settings.heartbeat_s

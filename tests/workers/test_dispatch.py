@@ -133,6 +133,9 @@ def test_cancel_of_a_running_job_ends_its_process_group(
     running = wait_state(client, admin, job["id"], "running")
     pid = running["pid"]
     assert psutil.pid_exists(pid)
+    deadline = time.monotonic() + 30  # what it printed before the cancel is kept: let it print first
+    while time.monotonic() < deadline and "line 0" not in log_text(client, admin, job["id"]):
+        time.sleep(0.1)
     assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin).json()["state"] == "cancelling"
     done = wait_for(client, admin, job["id"], timeout=30)
     assert done["state"] == "cancelled"

@@ -9,7 +9,6 @@ finding is, 2 for a spec that does not validate; the findings are printed either
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,8 +17,6 @@ import httpx
 import typer
 
 from cli.client import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Api, fail, load_json_object
-
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def launch(
@@ -46,7 +43,7 @@ def launch(
     spec, spec_host = _read_spec(file)
     host = host or spec_host
     remote = host is not None or url is not None
-    api_url = url or os.environ.get("EYAS_URL") or DEFAULT_URL
+    api_url = url or _settings_url()
     if not dry_run:
         if not remote:
             fail("a launch starts a server on a GPU host: give --host or --url (or --dry-run to check here)")
@@ -55,6 +52,13 @@ def launch(
     report = _render_remote(api_url, token, spec, host, timeout) if remote else _render_local(spec)
     _print_report(report, as_json)
     raise typer.Exit(report.pop("_exit"))
+
+
+def _settings_url() -> str:
+    """EYAS_URL (through the settings, the one reader of the environment), else the local default."""
+    from app.core.config import get_settings
+
+    return get_settings().url
 
 
 def _read_spec(file: Path) -> tuple[dict[str, Any], str | None]:

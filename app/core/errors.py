@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from enum import Enum
 from typing import Any
 
@@ -98,12 +99,27 @@ def problem(
 _MESSAGES = {"finite_number": NON_FINITE, "string_unicode": LONE_SURROGATE}
 
 
+_BOUNDS = frozenset({"less_than", "less_than_equal", "greater_than", "greater_than_equal", "multiple_of"})
+
+
 def error_message(err: Any) -> str:
-    """The message of one pydantic error, with eyas's wording for non-finite numbers and bad text."""
+    """The message of one pydantic error, with eyas's wording for non-finite numbers and bad text: a NaN
+    or Infinity (a query parameter's "nan" too) is a non-finite number, not a number out of bounds."""
     message = str(err.get("msg", "invalid"))
     if message.startswith("Input should be") and err.get("type") in _MESSAGES:
         return _MESSAGES[str(err.get("type"))]
+    if err.get("type") in _BOUNDS and _non_finite(err.get("input")):
+        return NON_FINITE
     return message
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:

@@ -131,6 +131,8 @@ def test_a_non_finite_number_is_a_422_naming_the_field(
     got = client.get("/v1/launch/render", params={"spec": spec, "host": "gpu-a", "timeout": 1}, headers=admin)
     assert_422(got, "mem_fraction_static", "non-finite number")
     assert job_rows(settings) == 0
+    for url in (f"/v1/jobs/{uuid.uuid4()}/wait?timeout=nan", "/v1/launch/render?spec=%7B%7D&timeout=inf"):
+        assert_422(client.get(url, headers=admin), "timeout", "non-finite number")  # not "should be <= 600"
     finite = post_raw(client, "/v1/jobs", train_body(tmp_path, grad_clip="1e300"), admin)
     assert finite.status_code == 201, finite.text
     assert finite.json()["params"]["grad_clip"] == 1e300  # stored as given, never as null

@@ -297,6 +297,19 @@ def test_an_overlong_bearer_value_is_refused(api_server: str, settings: Settings
     assert table_counts(settings) == before
 
 
+def test_a_lone_surrogate_leaves_the_connection_usable(api_server: str, admin: Headers) -> None:
+    """Over a real keep-alive connection: the 422 is whole and the next request on it is served."""
+    body = b'{"kind": "selftest", "host": "gpu-a", "params": {"marker_file": "/x/\\ud800"}}'
+    with httpx.Client(base_url=api_server, timeout=10) as http:
+        for _ in range(3):
+            refused = http.post(
+                "/v1/jobs", content=body, headers={**admin, "content-type": "application/json"}
+            )
+            assert refused.status_code == 422, refused.text
+            assert "lone surrogate" in refused.json()["detail"]
+            assert http.get("/v1/jobs", headers=admin).status_code == 200
+
+
 def test_a_huge_header_block_is_refused(api_server: str, admin: Headers) -> None:
     # The server (h11, 64 KiB limit) answers 431 and closes; a client still sending its 1 MiB of headers
     # may see that as a connection reset instead. Either way the request is not served.

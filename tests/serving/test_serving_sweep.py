@@ -38,6 +38,7 @@ def test_sweep_launches_baseline_and_each_depth_then_the_gate_fails_non_zero(
         max_new_tokens=24,
         warmup_requests=1,
         speedup_threshold=1e9,  # unreachable: the stage must fail after emitting the table
+        smoke_min_accept_length=1.0,  # a 30-step fit on a random target: the smoke judges its outputs only
     )
     with pytest.raises(StageError) as caught:
         benchmark_stage.run(ctx, params)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.errors import AppError
-from app.core.queue import enqueue_after_commit, send_job
+from app.core.queue import enqueue_after_commit
 from app.hosts import service as hosts_service
 from app.jobs import refs, repository, results
 from app.jobs.service import validate_params
@@ -221,15 +221,19 @@ def lose(session: Session, settings: Settings, job: Job, *, message: str) -> boo
 
 
 def redispatch(session: Session, settings: Settings, *, now: datetime | None = None) -> int:
-    """Re-send queued jobs nobody claimed (the broker lost them or was down): the DB is the record."""
+    """Re-send queued jobs nobody claimed (the broker lost them or was down): the DB is the record.
+
+    The messages go out after the commit: sending hundreds of them inside the transaction held the rows'
+    locks for seconds, and the heartbeats of jobs claimed meanwhile waited on them until reapers judged
+    those jobs lost. A send that fails is retried after redispatch_after_s, like a message the broker lost.
+    """
     now = now or utcnow()
-    sent = 0
-    for job in repository.undispatched(session, now - timedelta(seconds=settings.redispatch_after_s)):
+    jobs = repository.undispatched(session, now - timedelta(seconds=settings.redispatch_after_s))
+    for job in jobs:
         assert job.host is not None
-        if send_job(settings, str(job.id), job.host):
-            repository.mark_dispatched(session, job.id, now)
-            sent += 1
-    return sent
+        repository.mark_dispatched(session, job.id, now)
+        enqueue_after_commit(session, settings, str(job.id), job.host)
+    return len(jobs)
 
 
 def orphans(session: Session, *, host: str) -> list[tuple[uuid.UUID, int, float | None, str]]:

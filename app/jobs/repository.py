@@ -87,8 +87,10 @@ def pending_dependents(session: Session, job_id: uuid.UUID) -> list[Job]:
 
 def _db_now(session: Session) -> ColumnElement[datetime] | datetime:
     """The database's clock on PostgreSQL, so heartbeats and the reaper's judgement share one clock whatever
-    the hosts' clocks say; SQLite is only ever local (embedded mode), where this machine's clock is that."""
-    return func.now() if session.get_bind().dialect.name == "postgresql" else utcnow()
+    the hosts' clocks say; SQLite is only ever local (embedded mode), where this machine's clock is that.
+    clock_timestamp(), not now(): a heartbeat that waited on a lock is as fresh as the moment it is written.
+    """
+    return func.clock_timestamp() if session.get_bind().dialect.name == "postgresql" else utcnow()
 
 
 def stale_active(session: Session, lost_after_s: float) -> list[Job]:
@@ -105,7 +107,9 @@ def stale_active(session: Session, lost_after_s: float) -> list[Job]:
         else Job.heartbeat_at
     )
     query = select(Job).where(Job.state.in_([s.value for s in ACTIVE]), last_sign < now - period)
-    return list(session.scalars(query))
+    # Rows someone is writing now (a heartbeat waiting on a lock, the job's end being recorded) are not
+    # judged this time, and a heartbeat that commits first makes the row no longer match.
+    return list(session.scalars(query.with_for_update(skip_locked=True)))
 
 
 def undispatched(session: Session, dispatched_before: datetime, limit: int = 500) -> list[Job]:
@@ -122,9 +126,10 @@ def undispatched(session: Session, dispatched_before: datetime, limit: int = 500
 
 
 def mark_dispatched(session: Session, job_id: uuid.UUID, at: datetime) -> None:
+    """Only while still queued: a job claimed meanwhile is not locked (its heartbeats would wait)."""
     session.execute(
         update(Job)
-        .where(Job.id == job_id)
+        .where(Job.id == job_id, Job.state == JobState.QUEUED)
         .values(dispatched_at=at, dispatch_count=Job.dispatch_count + 1)
         .execution_options(synchronize_session=False)
     )

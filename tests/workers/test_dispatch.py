@@ -12,12 +12,14 @@ from typing import Any
 
 import psutil
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.queue import send_job
-from app.jobs import lifecycle
+from app.jobs import lifecycle, repository
 from app.jobs.maintenance import tick
+from app.models.base import utcnow
 from app.models.job import Job
 from tests.conftest import ROOT, WorkerProcess, worker_env
 from workers import proc
@@ -302,6 +304,35 @@ def test_a_job_given_up_as_lost_is_stopped_by_its_live_worker_and_runs_once_at_a
     assert client.get(f"/v1/jobs/{job['id']}", headers=admin).json()["state"] == "running"
     client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin)
     assert wait_for(client, admin, job["id"])["state"] == "cancelled"
+
+
+def test_the_reconciler_and_the_reaper_never_hold_up_a_running_jobs_heartbeat(
+    client: TestClient, admin: Headers, settings: Settings
+) -> None:
+    # Seen in the fault scenario: the reconciler marked hundreds of jobs re-sent in one long transaction,
+    # also jobs claimed meanwhile; their heartbeats waited on those row locks and the reapers, which read
+    # without waiting, failed them WORKER_LOST on live workers.
+    job_id = uuid.UUID(submit(client, admin, host="nowhere", params={"sleep_s": 1})["id"])
+    with session_scope(settings) as session:
+        claimed = lifecycle.claim(session, job_id=job_id, host="nowhere", worker="w1")
+        assert claimed is not None
+        lifecycle.mark_running(session, job_id=job_id, pid=1, pgid=1, create_time=None)
+    with session_scope(settings) as reconciler:
+        repository.mark_dispatched(reconciler, job_id, utcnow())  # a job it read as queued, claimed since
+        with session_scope(settings) as worker:
+            worker.execute(text("SET LOCAL lock_timeout = '2s'"))
+            assert not lifecycle.heartbeat(worker, job_id=job_id, worker="w1", attempt=claimed.attempt)
+    with session_scope(settings) as session:  # its heartbeat is now well past the lost-after period
+        session.execute(
+            text("UPDATE job SET heartbeat_at = now() - interval '1 hour' WHERE id = :id"), {"id": job_id}
+        )
+    with session_scope(settings) as recorder:
+        recorder.execute(text("SELECT 1 FROM job WHERE id = :id FOR UPDATE"), {"id": job_id})  # its end, say
+        with session_scope(settings) as reaper:
+            reaper.execute(text("SET LOCAL lock_timeout = '2s'"))
+            assert lifecycle.reap_lost(reaper, settings) == []  # not judged while someone writes it
+    with session_scope(settings) as reaper:
+        assert lifecycle.reap_lost(reaper, settings) == [job_id]  # and judged once nobody does
 
 
 def _alive(pid: int) -> bool:

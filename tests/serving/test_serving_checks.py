@@ -204,3 +204,28 @@ def test_the_draft_is_held_to_the_rule_and_kv_heads_default_to_the_attention_hea
     assert "target" not in finding.message.split(".")[0]
     assert finding.fix == "use tp_size 1 or 2"
     assert check_tp_size(4, {}, None) == []  # a config without heads says nothing
+
+
+def test_a_port_whose_grpc_port_passes_65535_is_refused_on_0_5_14(tiny_pair: TinyPair, shm: Path) -> None:
+    # Seen on the H200: --port 58129 → "SGLANG_GRPC_PORT (68129) must be between 1 and 65535" at start-up.
+    finding = by_code(prepared(launch(tiny_pair, port=58129), shm), "PORT_TOO_HIGH")
+    assert finding.severity is Severity.ERROR
+    assert "68129" in finding.message
+    assert "55535" in finding.fix
+    codes = [f.code for f in prepared(launch(tiny_pair, port=55535), shm)]
+    assert "PORT_TOO_HIGH" not in codes
+    with_env = launch(tiny_pair, port=58129, env={"SGLANG_GRPC_PORT": "40000"})
+    assert "PORT_TOO_HIGH" not in [f.code for f in prepared(with_env, shm)]
+    newer = HostFacts(python="/usr/bin/python3", sglang_version="0.5.23", gpu_count=1, on_host=True)
+    rendered = prepare_launch(
+        launch(tiny_pair, port=58129), host=newer, gpus=(0,), shm_dir=shm, use_sglang_parser=False
+    )
+    assert "PORT_TOO_HIGH" not in [f.code for f in rendered.findings]
+
+
+def test_the_smoke_runners_free_port_is_one_sglang_0_5_14_accepts() -> None:
+    from workers.serving.smoke_local import free_port as smoke_port
+
+    ports = {smoke_port() for _ in range(50)}
+    assert all(20000 <= port <= 55535 for port in ports)
+    assert len(ports) > 1

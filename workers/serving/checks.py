@@ -11,7 +11,13 @@ from workers.params.launch import LaunchParams, extra_arg_paths
 from workers.serving import sglang_rules as rules
 from workers.serving.doctor_bridge import run_draft_doctor
 from workers.serving.findings import Finding, error, info
-from workers.serving.host_checks import check_file_exists, check_model_folder, check_port_free, check_shm
+from workers.serving.host_checks import (
+    check_file_exists,
+    check_grpc_port,
+    check_model_folder,
+    check_port_free,
+    check_shm,
+)
 from workers.serving.model_configs import (
     captured_aux_layers,
     derived_context_length,
@@ -91,8 +97,11 @@ def check_launch(
         findings += run_draft_doctor(
             params.draft, target=params.model, algorithm=rendered.algorithm, sglang_version=version
         )
-    port_finding = check_port_free(params.host, params.port)
-    findings += [port_finding] if port_finding else []
+    port_findings = [check_port_free(params.host, params.port)]
+    if rendered.engine == "sglang":
+        version = host.sglang_version or rules.SGLANG_VERSION_ON_GPU_HOST
+        port_findings.append(check_grpc_port(params.port, version, params.env))
+    findings += [f for f in port_findings if f is not None]
     findings += check_shm(shm_dir)
     return findings
 

@@ -29,6 +29,18 @@ def check_file_exists(flag: str, value: str) -> Finding | None:
     return error("PATH_MISSING", f"{flag} {value} does not exist on this host", f"fix the value of {flag}")
 
 
+def check_grpc_port(port: int, version: str, env: dict[str, str]) -> Finding | None:
+    """SGLang 0.5.14 exits at start-up when --port + 10000 passes 65535 and SGLANG_GRPC_PORT is unset."""
+    limit = rules.grpc_port_limit(version)
+    if limit is None or port <= limit or rules.GRPC_PORT_ENV in env:
+        return None
+    message = (
+        f"port {port}: SGLang {version} derives its gRPC port as port + {rules.GRPC_PORT_OFFSET} = "
+        f"{port + rules.GRPC_PORT_OFFSET} and refuses to start above {rules.HIGHEST_PORT}"
+    )
+    return error("PORT_TOO_HIGH", message, f"use a port <= {limit}, or set env {rules.GRPC_PORT_ENV}")
+
+
 def check_port_free(host: str, port: int) -> Finding | None:
     """Bind the port as the server will (SO_REUSEADDR, like uvicorn): a listener already there is found."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -29,6 +29,21 @@ CONTEXT_LENGTH_KEYS = (
 )
 DEFAULT_CONTEXT_LENGTH = 2048
 
+# SGLang 0.5.14 derives a gRPC port as --port + 10000 (unless SGLANG_GRPC_PORT is set) and refuses to start
+# when that passes 65535 (server_args.py `_handle_deprecated_args`); 0.5.23 no longer does. Seen on the H200:
+# `ValueError: SGLANG_GRPC_PORT (68129) must be between 1 and 65535` for --port 58129.
+GRPC_PORT_OFFSET = 10000
+GRPC_PORT_ENV = "SGLANG_GRPC_PORT"
+GRPC_PORT_VERSIONS = ("0.5.14",)
+HIGHEST_PORT = 65535
+
+
+def grpc_port_limit(version: str) -> int | None:
+    """The highest --port this SGLang release starts with (no SGLANG_GRPC_PORT set), or None if unbounded."""
+    known = any(version == v or version.startswith(v + ".") for v in GRPC_PORT_VERSIONS)
+    return HIGHEST_PORT - GRPC_PORT_OFFSET if known else None
+
+
 # Flags that are not SGLang's (mostly vLLM's), with what to use instead.
 FOREIGN_FLAGS: dict[str, str] = {
     "--num-speculative-tokens": "use --speculative-num-steps/--speculative-eagle-topk/"

@@ -6,6 +6,7 @@ port and the visible GPUs, and runs workers.serving.smoke.run_smoke.
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.params.launch import LaunchParams
+from workers.serving import sglang_rules as rules
 from workers.serving.smoke import SmokeOptions, SmokeReport, run_smoke
 from workers.stages.base import StageContext
 
@@ -53,9 +55,16 @@ class StderrContext(StageContext):
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port SGLang accepts: the kernel's ephemeral range reaches 60999, above SGLang 0.5.14's limit."""
+    highest = rules.HIGHEST_PORT - rules.GRPC_PORT_OFFSET
+    for candidate in random.Random().sample(range(20000, highest + 1), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    raise RuntimeError(f"no free port between 20000 and {highest}")
 
 
 def visible_gpus() -> list[int]:

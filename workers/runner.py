@@ -86,6 +86,8 @@ class JobRunner:
                 with session_scope(self.settings) as session:
                     return action(session)
             except (OperationalError, InterfaceError, PoolTimeout) as exc:
+                if WORKER_STOPPING.event.is_set():
+                    raise  # this worker must end now; a reaper settles the job
                 logger.warning("job %s: %s not stored yet (%s); retrying", job.id, what, exc)
             time.sleep(delay)
             delay = min(delay * 2, self.settings.heartbeat_s)

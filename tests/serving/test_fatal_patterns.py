@@ -44,3 +44,36 @@ def test_harmless_lines_seen_on_a_real_server(line: str) -> None:
 )
 def test_fatal_lines_are_still_caught(line: str, name: str) -> None:
     assert fatal(line) == name
+
+
+def test_the_exception_line_past_a_long_traceback_is_named() -> None:
+    # As on the H200 (docs/gpu/smoke_fault1_h200.json): a CUDA-graph capture traceback longer than the quoted
+    # context; the line that names the cause closes it.
+    from workers.serving.server_log import ServerLog
+
+    log = ServerLog()
+    log.feed("[2026-12-01 21:30:13] Scheduler hit an exception: Traceback (most recent call last):")
+    for frame in range(60):
+        log.feed(f'  File "/site/sglang/srt/model_executor/cuda_graph_runner.py", line {frame}, in capture')
+        log.feed("    return forward_call(*args, **kwargs)")
+    log.feed("RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::Half")
+    log.feed("")
+    log.feed("Exception: Capture cuda graph failed: expected mat1 and mat2 to have the same dtype")
+    log.feed(
+        "[2026-12-01 21:30:14] Received sigquit from a child process. It usually means the child failed."
+    )
+    assert (
+        log.cause() == "Exception: Capture cuda graph failed: expected mat1 and mat2 to have the same dtype"
+    )
+    lines = log.explaining_lines()
+    assert lines[0].endswith("Traceback (most recent call last):")
+    assert lines[-1] == log.cause()
+
+
+def test_no_exception_line_means_no_cause() -> None:
+    from workers.serving.server_log import ServerLog
+
+    log = ServerLog()
+    log.feed("Decode batch, #running-req: 1, accept len: 2.50")
+    log.feed("errors: none so far")  # a word, not an exception line
+    assert log.cause() is None

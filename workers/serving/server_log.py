@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -10,6 +11,9 @@ from workers.serving import sglang_rules as rules
 
 _CONTEXT_BEFORE = 3
 _CONTEXT_AFTER = 40
+# The closing line of a Python traceback ("RuntimeError: expected mat1 and mat2 …"): it names the cause, and
+# SGLang's tracebacks (a CUDA-graph capture, a scheduler loop) are often longer than the quoted context.
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?(?:[A-Za-z_]\w*)?(?:Error|Exception)(?::\s.*)?$")
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,25 @@ class ServerLog:
             return [text for _, text in list(self._lines)[-count:]]
 
     def explaining_lines(self) -> list[str]:
-        """Around the first fatal line if there is one (tracebacks follow it), else the last lines."""
+        """Around the first fatal line if there is one (tracebacks follow it), else the last lines; the
+        exception line that closes the traceback always comes last, even beyond that context."""
         with self._lock:
             if self.fatal is None:
-                return [text for _, text in list(self._lines)[-30:]]
-            start, stop = self.fatal.index - _CONTEXT_BEFORE, self.fatal.index + _CONTEXT_AFTER
-            return [text for index, text in self._lines if start <= index <= stop]
+                lines = [text for _, text in list(self._lines)[-30:]]
+            else:
+                start, stop = self.fatal.index - _CONTEXT_BEFORE, self.fatal.index + _CONTEXT_AFTER
+                lines = [text for index, text in self._lines if start <= index <= stop]
+        cause = self.cause()
+        if cause is not None and (not lines or lines[-1] != cause):
+            lines.append(cause)
+        return lines
+
+    def cause(self) -> str | None:
+        """The last exception line of a traceback logged at or after the first fatal line (any, if none)."""
+        with self._lock:
+            first = self.fatal.index if self.fatal is not None else -1
+            found = [text for index, text in self._lines if index >= first and _EXCEPTION_LINE.match(text)]
+        return found[-1].strip() if found else None
 
 
 def _match_fatal(line: str, index: int) -> FatalLine | None:

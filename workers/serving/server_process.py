@@ -92,6 +92,8 @@ class ServerProcess:
             fatal = self.log.fatal
             hint = f" ({fatal.pattern.hint})" if fatal.pattern.hint else ""
             message = f"server logged a fatal line [{fatal.pattern.name}]{hint}: {fatal.line.strip()}"
+            cause = self.log.cause()
+            message += f" — {cause}" if cause and cause not in fatal.line else ""
             raise ServerDied(
                 message,
                 lines=self.log.explaining_lines(),
@@ -100,7 +102,8 @@ class ServerProcess:
             )
         if not self._thread.is_alive():
             code = self._exit_code()
-            message = f"server exited with code {code}"
+            cause = self.log.cause()
+            message = f"server exited with code {code}" + (f": {cause}" if cause else "")
             raise ServerDied(message, lines=self.log.explaining_lines(), exit_code=code, pattern=None)
 
     def _exit_code(self) -> int | None:

@@ -178,3 +178,26 @@ def test_aux_layers_that_sglang_cannot_capture_are_refused(tiny_target: LlamaFor
     for bad in ([0, 2, 4], [2, 4, 8], [2, 2, 5], [2, 4]):
         with pytest.raises(ValueError, match="aux_layers"):
             Eagle3Drafter.from_target_config(config, draft_vocab_size=100, aux_layer_ids=bad)
+
+
+def test_a_full_vocabulary_draft_without_d2t_loads_as_the_identity(
+    tiny_target: LlamaForCausalLM, tmp_path: Path
+) -> None:
+    # speculators' save_pretrained writes no d2t when the draft vocabulary is the target's; SGLang serves
+    # such a draft (seen on the H200, docs/gpu/smoke_fault1_h200.json), so the reference engine must too.
+    config = tiny_target.config.to_dict()
+    full = Eagle3Drafter.from_target_config(config, draft_vocab_size=256, aux_layer_ids=[2, 4, 5])
+    folder = tmp_path / "full"
+    save_drafter(full, folder, target_config=config)
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k != "d2t"}, folder / "model.safetensors")
+    embed = tiny_target.get_input_embeddings().weight.detach()
+    loaded = load_drafter(folder, target_embed=embed, device="cpu", dtype=torch.float32)
+    assert loaded.draft_to_target(torch.tensor([0, 17, 255])).tolist() == [0, 17, 255]
+
+    small = Eagle3Drafter.from_target_config(config, draft_vocab_size=100, aux_layer_ids=[2, 4, 5])
+    save_drafter(small, folder, target_config=config)
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k != "d2t"}, folder / "model.safetensors")
+    with pytest.raises(ValueError, match="d2t"):  # a reduced vocabulary without its map stays refused
+        load_drafter(folder, target_embed=embed, device="cpu", dtype=torch.float32)

@@ -87,6 +87,10 @@ def load_drafter(
     tensors = _canonical_names(load_file(str(folder / "model.safetensors")))
     expected = set(checkpoint_tensors(model))
     missing, unexpected = expected - tensors.keys(), tensors.keys() - expected
+    if "d2t" in missing and model.config["draft_vocab_size"] == model.config["vocab_size"]:
+        # A full-vocabulary draft needs no map: speculators saves none then, SGLang serves it as the identity,
+        # and the zero offsets the drafter starts with are that identity (target = draft + d2t[draft]).
+        missing.discard("d2t")
     if missing or unexpected:
         raise ValueError(
             f"{folder}/model.safetensors does not match the config: missing {sorted(missing)}, "

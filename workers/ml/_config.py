@@ -86,9 +86,9 @@ def drafter_config(
         "tie_word_embeddings": False,
         "attention_bias": False,
         "mlp_bias": False,
-        # transformers 5 writes `dtype`, 4.x `torch_dtype`; SGLang's loader may be on either.
-        "torch_dtype": str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"),
-        "dtype": str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"),
+        # transformers 5 writes `dtype`, 4.x `torch_dtype`; SGLang and transformers 5 read `dtype` first.
+        "torch_dtype": str(text.get("dtype") or text.get("torch_dtype") or "bfloat16"),
+        "dtype": str(text.get("dtype") or text.get("torch_dtype") or "bfloat16"),
         "eagle_config": {
             "eagle_aux_hidden_state_layer_ids": [i - 1 for i in aux],
             "use_aux_hidden_state": True,

@@ -27,8 +27,8 @@ from app.core.db import session_scope  # noqa: E402
 from app.core.security import Scope  # noqa: E402
 from app.tokens import service as tokens  # noqa: E402
 from cli.local import db_upgrade  # noqa: E402
-from workers import proc  # noqa: E402
-from workers.serving.bench_stats import percentile  # noqa: E402
+from drafting import proc  # noqa: E402
+from drafting.serving.bench_stats import percentile  # noqa: E402
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 from _harness import ROOT, database, eyas, make_settings, summary_ms
 
-from workers import proc
+from drafting import proc
 
 
 def eyas_dispatch(jobs: int, tmp: Path, db_url: str) -> dict[str, object]:

@@ -35,10 +35,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.ml._writer import AsyncWriter  # noqa: E402
-from workers.ml.capture import decoder_of, extraction_indices  # noqa: E402
-from workers.ml.extraction import PendingSample, extract_batches  # noqa: E402
-from workers.ml.hidden_store import HIDDEN_DIR, bytes_per_token  # noqa: E402
+from drafting.ml._writer import AsyncWriter  # noqa: E402
+from drafting.ml.capture import decoder_of, extraction_indices  # noqa: E402
+from drafting.ml.extraction import PendingSample, extract_batches  # noqa: E402
+from drafting.ml.hidden_store import HIDDEN_DIR, bytes_per_token  # noqa: E402
 
 FULL = {
     "hidden_size": 2048,

@@ -3,7 +3,7 @@
 Generates a speculators-layout bf16 checkpoint (`layers.{i}.*`, embed_tokens, fc, lm_head, d2t, t2d;
 sharded with an index file) of about --size-gb, then, in the same run, times
   - `cp -r` of the source folder,
-  - the streaming converter (`python -m workers.checkpoint fix`, a subprocess, its own peak RSS),
+  - the streaming converter (`python -m drafting.checkpoint fix`, a subprocess, its own peak RSS),
   - the way existing converters work: load the whole state dict, rename, save (a subprocess).
 The draft's hidden size (2048) differs from the target's (4096), so SGLang needs the draft's own
 embedding and the converter copies nearly every byte, like cp. The disk of a cloud VM is noisy, so cp and
@@ -30,8 +30,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from workers.checkpoint.safetensors_io import MemoryBytes, OutputTensor, encode_header  # noqa: E402
-from workers.proc import run_command  # noqa: E402
+from drafting.checkpoint.safetensors_io import MemoryBytes, OutputTensor, encode_header  # noqa: E402
+from drafting.proc import run_command  # noqa: E402
 
 _PATTERN = os.urandom(16 * 1024 * 1024)  # repeated: random-looking bytes without generating GBs
 
@@ -232,7 +232,7 @@ def _run_fix(source: Path, dest: Path, target: Path) -> tuple[float, dict[str, A
     argv = [
         sys.executable,
         "-m",
-        "workers.checkpoint",
+        "drafting.checkpoint",
         "fix",
         str(source),
         str(dest),

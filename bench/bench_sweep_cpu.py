@@ -26,13 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from contract.params.benchmark import BenchmarkParams  # noqa: E402
+from contract.params.evaluate import EvalParams  # noqa: E402
+from drafting.serving.prompts import load_prompts  # noqa: E402
+from drafting.stages import benchmark as benchmark_stage  # noqa: E402
+from drafting.stages import evaluate as evaluate_stage  # noqa: E402
+from drafting.stages.base import StageContext, StageError  # noqa: E402
 from tests.serving.serving_tiny_models import make_pair  # noqa: E402
-from workers.params.benchmark import BenchmarkParams  # noqa: E402
-from workers.params.evaluate import EvalParams  # noqa: E402
-from workers.serving.prompts import load_prompts  # noqa: E402
-from workers.stages import benchmark as benchmark_stage  # noqa: E402
-from workers.stages import evaluate as evaluate_stage  # noqa: E402
-from workers.stages.base import StageContext, StageError  # noqa: E402
 
 
 @dataclass

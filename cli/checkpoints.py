@@ -37,7 +37,7 @@ def doctor(
     """Check a drafter against SGLang's loader: every finding with a code, an explanation and the fix.
     With --serve, then start the engine with it and send a few greedy requests (load smoke test).
     Exit 1 when there is an error."""
-    from workers.checkpoint import diagnose
+    from drafting.checkpoint import diagnose
 
     try:
         report = diagnose(draft, target=target, algorithm=algorithm, sglang_version=sglang_version)
@@ -50,7 +50,7 @@ def doctor(
     if target is None:
         typer.echo("error: --serve needs --target (the model folder the draft serves)", err=True)
         raise typer.Exit(EXIT_USAGE)
-    from workers.serving.smoke_local import SmokeRequest, run_local_smoke
+    from drafting.serving.smoke_local import SmokeRequest, run_local_smoke
 
     smoke = run_local_smoke(
         SmokeRequest(
@@ -92,7 +92,7 @@ def fix_keys(
 ) -> None:
     """Convert a speculators (`layers.0.*`) or EAGLE/SpecForge (`midlayer.*`) drafter to the layout every
     SGLang 0.5.x loads, then run the doctor on it. Exit 1, DEST untouched, when the result has an error."""
-    from workers.checkpoint import CheckpointError, fix_checkpoint
+    from drafting.checkpoint import CheckpointError, fix_checkpoint
 
     try:
         report = fix_checkpoint(

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import httpx
 import typer
 
-from workers.userfiles import Cap, UserFileError, read_user_json_object
+from drafting.userfiles import Cap, UserFileError, read_user_json_object
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1

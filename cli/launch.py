@@ -76,10 +76,10 @@ def _render_local(spec: dict[str, Any]) -> dict[str, Any]:
 
     from pydantic import ValidationError
 
-    from workers.params.launch import LaunchParams
-    from workers.serving.checks import prepare_launch
-    from workers.serving.render import HostFacts
-    from workers.serving.sglang_parser import installed_sglang_version
+    from contract.params.launch import LaunchParams
+    from drafting.serving.checks import prepare_launch
+    from drafting.serving.render import HostFacts
+    from drafting.serving.sglang_parser import installed_sglang_version
 
     try:
         params = LaunchParams.model_validate({**spec, "dry_run": True})

@@ -80,7 +80,7 @@ def up(
     ] = None,
 ) -> None:
     """Start eyas on the embedded default: API + one local worker, SQLite database and broker in DATA_DIR."""
-    from workers import proc
+    from drafting import proc
 
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -136,7 +136,7 @@ def demo(
     host: Annotated[str | None, typer.Option(help="host the pipeline runs on")] = None,
 ) -> None:
     """Write a tiny local target, conversations, prompts and a pipeline.json for them (CPU engine)."""
-    from workers.ml.demo_assets import demo_pipeline_spec, write_demo
+    from drafting.ml.demo_assets import demo_pipeline_spec, write_demo
 
     folder = folder.resolve()
     assets = write_demo(folder)

@@ -27,7 +27,7 @@ from app.core.security import Scope
 from app.main import create_app
 from app.tokens import service as tokens
 from cli.local import db_upgrade
-from workers import proc
+from drafting import proc
 
 PG_ADMIN_URL = os.environ.get("EYAS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("EYAS_TEST_REDIS", "redis://127.0.0.1:6379/0")

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from drafting import proc
 from tests.conftest import free_port
-from workers import proc
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.config import Settings
+from drafting.ml.demo_assets import demo_pipeline_spec
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import chat, successor_target, write_jsonl
-from workers.ml.demo_assets import demo_pipeline_spec
 
 Headers = dict[str, str]
 

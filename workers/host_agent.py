@@ -13,8 +13,8 @@ from app.core.db import session_scope
 from app.hosts import service as hosts
 from app.jobs import lifecycle
 from app.jobs.states import ACTIVE, JobState
-from workers import proc
-from workers.hostinfo import gpus, shm
+from drafting import proc
+from drafting.hostinfo import gpus, shm
 
 logger = logging.getLogger("eyas.host")
 

@@ -10,7 +10,8 @@ import time
 
 from app.core.config import Settings
 from app.jobs.maintenance import MaintenanceLoop
-from workers import celery_app, host_agent, proc
+from drafting import proc
+from workers import celery_app, host_agent
 from workers.runner import WORKER_STOPPING
 
 logger = logging.getLogger("eyas.worker")

@@ -26,12 +26,12 @@ from app.jobs.lifecycle import ClaimedJob, Outcome
 from app.jobs.states import JobState
 from app.logs import repository as logs_repo
 from app.servers import service as servers
-from workers import proc
+from contract.params import STAGE_SPECS
+from drafting import proc
+from drafting.hostinfo import gate
+from drafting.stages.base import StageContext, StageError, TerminationReason
 from workers.events import EventPump
-from workers.hostinfo import gate
 from workers.logship import LogShipper
-from workers.params import STAGE_SPECS
-from workers.stages.base import StageContext, StageError, TerminationReason
 
 logger = logging.getLogger("eyas.runner")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

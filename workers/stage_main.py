@@ -3,7 +3,7 @@
 The worker starts every job this way, through the process runner, so a job's output is its log, cancel is
 a signal to its process group, and a worker that dies leaves a recorded group it can end on restart.
 Structured events (progress, metrics, artifacts, the result) go as JSON lines to the file descriptor
-given by --event-fd, never mixed with the log. A torchrun rank (workers/stages/_torchrun.py) writes them to
+given by --event-fd, never mixed with the log. A torchrun rank (drafting/stages/_torchrun.py) writes them to
 the FIFO given by --event-fifo instead, tagged with its rank.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workers.params import STAGE_SPECS
-from workers.params.common import StageParams
-from workers.stages import load_stage
-from workers.stages.base import StageCancelled, StageContext, StageError, TerminationReason
-from workers.userfiles import Cap, UserFileError, read_user_json
+from contract.params import STAGE_SPECS
+from contract.params.common import StageParams
+from drafting.stages import load_stage
+from drafting.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from drafting.userfiles import Cap, UserFileError, read_user_json
 
 EXIT_CANCELLED = 130
 
@@ -70,7 +70,7 @@ class RankSink:
 
     def close(self) -> None:
         """The rank's last act: leave torchrun's process group (its events carry the rank until then)."""
-        from workers.ml import distributed
+        from drafting.ml import distributed
 
         distributed.leave()
         os.close(self._fd)

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import Settings, get_settings
-from workers.params.text import may_hold_surrogates, scrub
+from contract.params.text import may_hold_surrogates, scrub
 
 _engines: dict[tuple[int, str], Engine] = {}
 

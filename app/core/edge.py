@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
 from app.core.errors import ErrorCode, problem
-from workers.params.text import first_refused
+from contract.params.text import first_refused
 
 
 def refusal(scope: Scope, body: bytes | None) -> JSONResponse | None:

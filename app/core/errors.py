@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from workers.params.text import LONE_SURROGATE, NON_FINITE, scrub
+from contract.params.text import LONE_SURROGATE, NON_FINITE, scrub
 
 logger = logging.getLogger("eyas.api")
 PROBLEM_JSON = "application/problem+json"

@@ -24,8 +24,8 @@ from app.jobs.schemas import JobCreate
 from app.jobs.states import TERMINAL, JobState, transition
 from app.models.base import utcnow
 from app.models.job import Job, JobEvent
-from workers.params import STAGE_SPECS, available_kinds
-from workers.params.common import StageParams
+from contract.params import STAGE_SPECS, available_kinds
+from contract.params.common import StageParams
 
 
 def submit_job(

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.jobs.schemas import HOST_NAME_PATTERN, JobRead
-from workers.params.common import HostPath
+from contract.params.common import HostPath
 
 
 class Eagle3PipelineCreate(BaseModel):

@@ -23,8 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workers import proc  # noqa: E402
-from workers.ml.demo_assets import WORDS, chat, successor_target, write_jsonl  # noqa: E402
+from drafting import proc  # noqa: E402
+from drafting.ml.demo_assets import WORDS, chat, successor_target, write_jsonl  # noqa: E402
 
 SGLANG_ARGS = [
     "--attention-backend",

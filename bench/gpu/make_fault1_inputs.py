@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gpu/make_fault1_inputs.py OUT [--steps 300]
 
-OUT/target             the constructed successor Llama (workers.ml.demo_assets), bf16, with its tokenizer
+OUT/target             the constructed successor Llama (drafting.ml.demo_assets), bf16, with its tokenizer
 OUT/draft_speculators  an EAGLE-3 draft fitted to it on the CPU, re-saved through speculators' classes
                        (save_pretrained, bf16): the layout a speculators-trained draft arrives in
 OUT/draft_native       the same tensors saved by eyas in SGLang's native layout (`midlayer.*`, torch_dtype)
@@ -24,10 +24,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from drafting.ml.demo_assets import WORDS, successor_target  # noqa: E402
+from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter  # noqa: E402
+from drafting.serving.decoding import DecodeLimits, greedy_decode, speculative_decode  # noqa: E402
 from tests.serving.serving_tiny_models import fit_drafter  # noqa: E402
-from workers.ml.demo_assets import WORDS, successor_target  # noqa: E402
-from workers.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter  # noqa: E402
-from workers.serving.decoding import DecodeLimits, greedy_decode, speculative_decode  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, LAYERS = 256, 4, 2, 512, 8
 

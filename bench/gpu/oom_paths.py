@@ -25,11 +25,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.bench_extract import FULL  # noqa: E402
-from workers.ml.demo_assets import build_tokenizer, chat, write_jsonl  # noqa: E402
-from workers.params.extract import ExtractParams  # noqa: E402
-from workers.params.train import TrainParams  # noqa: E402
-from workers.stages import extract, train  # noqa: E402
-from workers.stages.base import RecordingSink, StageContext, StageError  # noqa: E402
+from contract.params.extract import ExtractParams  # noqa: E402
+from contract.params.train import TrainParams  # noqa: E402
+from drafting.ml.demo_assets import build_tokenizer, chat, write_jsonl  # noqa: E402
+from drafting.stages import extract, train  # noqa: E402
+from drafting.stages.base import RecordingSink, StageContext, StageError  # noqa: E402
 
 # bench_extract's 1.5B shape with a 32k vocab (the drafter's lm_head rows come from the target's)
 TARGET = {**FULL, "vocab_size": 32000}

@@ -7,7 +7,7 @@ INPUTS is what bench/gpu/make_fault1_inputs.py wrote (target/, draft_speculators
 1. `eyas fix-keys INPUTS/draft_speculators WORK/fixed --target INPUTS/target` (the current converter);
 2. WORK/unfixed: the same folder with torch_dtype (and dtype) removed from config.json, as the converter
    wrote it before the fix: SGLang 0.5.14 builds that draft in float16 against a bf16 target;
-3. the smoke test (workers.serving.smoke, real SGLang, CUDA graphs ON, triton attention, pytorch sampling, no
+3. the smoke test (drafting.serving.smoke, real SGLang, CUDA graphs ON, triton attention, pytorch sampling, no
    grammar backend) on unfixed (launch checks not enforced, so the server really starts), on fixed (against
    a no-speculation baseline), and on draft_native (the same tensors in SGLang's native layout).
 Prints one JSON: unfixed caught (server died), fixed passed with its acceptance, native's acceptance.
@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workers.serving.smoke import SmokeReport  # noqa: E402
-from workers.serving.smoke_local import SmokeRequest, run_local_smoke  # noqa: E402
+from drafting.serving.smoke import SmokeReport  # noqa: E402
+from drafting.serving.smoke_local import SmokeRequest, run_local_smoke  # noqa: E402
 
 SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
 EXPLAINING = ("mat1 and mat2", "Scheduler hit an exception", "Capture cuda graph failed", "Error", "error")
@@ -44,11 +44,11 @@ def fix_keys(source: Path, dest: Path, target: Path) -> dict[str, Any]:
         raise SystemExit(
             f"fix-keys failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
-    from workers.checkpoint import fix_checkpoint
+    from drafting.checkpoint import fix_checkpoint
 
     report = fix_checkpoint(source, dest, target=target, sglang_version="0.5.14", force=True)
     missing = done.stderr.strip().splitlines()[-1]
-    return {"via": f"workers.checkpoint.fix_checkpoint (the CLI: {missing})", "ok": report.ok}
+    return {"via": f"drafting.checkpoint.fix_checkpoint (the CLI: {missing})", "ok": report.ok}
 
 
 def unfixed_copy(fixed: Path, dest: Path) -> list[str]:

@@ -23,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.gpu.oom_paths import conversations, make_target  # noqa: E402
-from workers.params.extract import ExtractParams  # noqa: E402
-from workers.params.train import TrainParams  # noqa: E402
-from workers.stages import extract, train  # noqa: E402
-from workers.stages.base import RecordingSink, StageContext  # noqa: E402
+from contract.params.extract import ExtractParams  # noqa: E402
+from contract.params.train import TrainParams  # noqa: E402
+from drafting.stages import extract, train  # noqa: E402
+from drafting.stages.base import RecordingSink, StageContext  # noqa: E402
 
 
 def run_train(root: Path, target: Path, steps: int, compiled: bool) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.config import Settings
+from drafting.ml.demo_assets import successor_target
 from tests.conftest import WorkerProcess, free_port
-from workers.ml.demo_assets import successor_target
 
 Headers = dict[str, str]
 
@@ -58,7 +58,7 @@ def test_render_of_a_good_reference_spec_via_get(
     )
     rendered = response.json()
     assert rendered["ok"] is True, rendered
-    assert "workers.serving.reference_engine" in " ".join(rendered["argv"])
+    assert "drafting.serving.reference_engine" in " ".join(rendered["argv"])
     assert "--port" in rendered["argv"]
 
 

@@ -175,7 +175,7 @@ def test_hostile_output_is_stored_and_rendered_safely(
 
 
 def test_invalid_utf8_nul_and_ansi_from_a_real_child(tmp_path: Path) -> None:
-    from workers import proc
+    from drafting import proc
     from workers.logship import LogShipper  # noqa: F401 - the same sink path the worker uses
 
     lines: list[str] = []

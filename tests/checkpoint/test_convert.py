@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from drafting.checkpoint import Severity, diagnose, fix_checkpoint
 from tests.checkpoint.conftest import (
     DRAFT_VOCAB,
     HEAD_DIM,
@@ -20,10 +21,9 @@ from tests.checkpoint.conftest import (
     VOCAB,
     folder_digest,
 )
-from workers.checkpoint import Severity, diagnose, fix_checkpoint
 
 # What SGLang's LlamaForCausalLMEagle3 loads for this tiny config, written out by hand from
-# sglang/srt/models/llama_eagle3.py (independent of workers.checkpoint.layout): name -> shape.
+# sglang/srt/models/llama_eagle3.py (independent of drafting.checkpoint.layout): name -> shape.
 SGLANG_EXPECTED = {
     "fc.weight": (HIDDEN, 3 * HIDDEN),
     "midlayer.self_attn.q_proj.weight": (HEADS * HEAD_DIM, 2 * HIDDEN),

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from drafting.checkpoint import Severity, diagnose
+from drafting.checkpoint.rules import parse_version, rules_for
 from tests.checkpoint.conftest import Patch
-from workers.checkpoint import Severity, diagnose
-from workers.checkpoint.rules import parse_version, rules_for
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from drafting.checkpoint import CheckpointError, PickleWeightsError, diagnose, fix_checkpoint
+from drafting.proc import run_command
 from tests.checkpoint.conftest import folder_digest
 from tests.checkpoint.test_convert import SGLANG_EXPECTED, _shapes
-from workers.checkpoint import CheckpointError, PickleWeightsError, diagnose, fix_checkpoint
-from workers.proc import run_command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,7 +96,7 @@ def test_failure_midway_leaves_old_destination_and_no_leftovers(
 _KILLED_CHILD = """
 import sys, time
 from pathlib import Path
-from workers.checkpoint import fix_checkpoint
+from drafting.checkpoint import fix_checkpoint
 
 def pause(done, total, name):
     print("HALFWAY", flush=True)

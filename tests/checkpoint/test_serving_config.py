@@ -16,10 +16,10 @@ import pytest
 import torch
 from transformers import AutoConfig
 
+from drafting.checkpoint import Severity, diagnose, fix_checkpoint
+from drafting.checkpoint.sglang_reading import _eyas_dtype, read_as_sglang
 from tests._drafts import write_speculators_draft
 from tests.checkpoint.conftest import DRAFT_VOCAB, TARGET_CONFIG, TINY, write_specforge_draft
-from workers.checkpoint import Severity, diagnose, fix_checkpoint
-from workers.checkpoint.sglang_reading import _eyas_dtype, read_as_sglang
 
 # Read by SGLang's LlamaForCausalLMEagle3 / LlamaDecoderLayer / ModelConfig (docs/checkpoint.md lists the
 # sources), and kept exactly as the trainer wrote them.
@@ -52,8 +52,8 @@ SPECULATORS_AUX_IDS = [1, 4, 6]  # tests/_drafts.py, HF hidden_states indices
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory: pytest.TempPathFactory, speculators_draft: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("sources")
-    from workers.ml._checkpoint import save_drafter
-    from workers.ml.drafter import Eagle3Drafter
+    from drafting.ml._checkpoint import save_drafter
+    from drafting.ml.drafter import Eagle3Drafter
 
     eyas = Eagle3Drafter.from_target_config(
         TARGET_CONFIG, draft_vocab_size=DRAFT_VOCAB, aux_layer_ids=[2, 4, 5]

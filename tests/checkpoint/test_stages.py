@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from workers.params import parse_params
-from workers.params.checkpoint import DoctorParams, FixKeysParams
-from workers.stages import doctor, fix_keys, load_stage
-from workers.stages.base import RecordingSink, StageContext, StageError, TerminationReason
+from contract.params import parse_params
+from contract.params.checkpoint import DoctorParams, FixKeysParams
+from drafting.stages import doctor, fix_keys, load_stage
+from drafting.stages.base import RecordingSink, StageContext, StageError, TerminationReason
 
 
 def _context(tmp_path: Path, *roots: Path) -> tuple[StageContext, RecordingSink]:

@@ -142,7 +142,7 @@ def lease_gpus(settings: Settings, host: str, count: int, job_id: str) -> list[i
 
 
 def sweep_rows() -> list[dict[str, Any]]:
-    """A depth sweep as workers/serving/sweep.py tabulates it: the baseline, then each depth."""
+    """A depth sweep as drafting/serving/sweep.py tabulates it: the baseline, then each depth."""
     base_speed = 182.0
     measured = [
         (None, None, base_speed, 21.0, 5.4),

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers import proc
-from workers.params.common import StageParams
+from contract.params.common import StageParams
+from drafting import proc
 
 
 @dataclass

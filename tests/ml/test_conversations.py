@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.ml.tiny import build_tokenizer, chat, write_jsonl
-from workers.ml.conversations import (
+from drafting.ml.conversations import (
     DropReason,
     SampleRejected,
     parse_record,
     tokenize_conversation,
     tokenize_file,
 )
+from tests.ml.tiny import build_tokenizer, chat, write_jsonl
 
 
 def _masked_tokens(tokenizer, messages, max_len=512):  # type: ignore[no-untyped-def]

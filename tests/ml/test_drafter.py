@@ -11,8 +11,8 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
-from workers.ml import _attention
-from workers.ml.drafter import Eagle3Drafter, aux_hidden_states, load_drafter, save_drafter
+from drafting.ml import _attention
+from drafting.ml.drafter import Eagle3Drafter, aux_hidden_states, load_drafter, save_drafter
 
 SGLANG_KEYS = {
     "fc.weight": (32, 96),

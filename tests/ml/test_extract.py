@@ -15,11 +15,11 @@ from datasets import load_from_disk
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from contract.params.extract import ExtractParams
+from drafting.ml.hidden_store import hidden_path
+from drafting.stages import extract
+from drafting.stages.base import RecordingSink, StageCancelled, StageContext, StageError, TerminationReason
 from tests.ml.tiny import chat, random_target, write_jsonl
-from workers.ml.hidden_store import hidden_path
-from workers.params.extract import ExtractParams
-from workers.stages import extract
-from workers.stages.base import RecordingSink, StageCancelled, StageContext, StageError, TerminationReason
 
 AUX = [2, 4, 5]  # SGLang's default [2, N//2, N-3] for 8 layers
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from workers.ml.drafter import Eagle3Drafter
-from workers.ml.objective import Targets, soft_cross_entropy, summarise, ttt_objective
+from drafting.ml.drafter import Eagle3Drafter
+from drafting.ml.objective import Targets, soft_cross_entropy, summarise, ttt_objective
 
 VOCAB = 8
 

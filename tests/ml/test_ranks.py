@@ -15,6 +15,12 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.core.config import Settings
+from contract.params.extract import ExtractParams
+from contract.params.train import TrainParams
+from drafting.ml.hidden_store import hidden_path, load_sample, read_manifest
+from drafting.ml.train_state import STATE_FILE, load_state
+from drafting.stages import extract, train
+from drafting.stages.base import RecordingSink, StageContext, StageError
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import (
     TINY_CONFIG,
@@ -24,12 +30,6 @@ from tests.ml.tiny import (
     successor_target,
     write_jsonl,
 )
-from workers.ml.hidden_store import hidden_path, load_sample, read_manifest
-from workers.ml.train_state import STATE_FILE, load_state
-from workers.params.extract import ExtractParams
-from workers.params.train import TrainParams
-from workers.stages import extract, train
-from workers.stages.base import RecordingSink, StageContext, StageError
 
 Headers = dict[str, str]
 

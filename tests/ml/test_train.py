@@ -12,13 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from contract.params.train import TrainParams
+from drafting.ml.hidden_store import hidden_path, write_safetensors
+from drafting.ml.train_state import load_state
+from drafting.stages import train
+from drafting.stages.base import RecordingSink, StageCancelled, StageContext, StageError, TerminationReason
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import cpu_train_params, random_target, successor_extraction
-from workers.ml.hidden_store import hidden_path, write_safetensors
-from workers.ml.train_state import load_state
-from workers.params.train import TrainParams
-from workers.stages import train
-from workers.stages.base import RecordingSink, StageCancelled, StageContext, StageError, TerminationReason
 
 DRAFT_VOCAB = 48
 
@@ -153,7 +153,7 @@ def test_checkpoint_is_what_sglang_loads(learnable: tuple[Path, Path], tmp_path:
     }
     config = json.loads((checkpoint / "config.json").read_text())
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
-    doctor = pytest.importorskip("workers.checkpoint")
+    doctor = pytest.importorskip("drafting.checkpoint")
     report = doctor.diagnose(checkpoint, target=target)
     assert [f for f in report.findings if f.severity == doctor.Severity.ERROR] == []
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from contract.params.train import TrainParams
+from drafting.stages import train
+from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import TINY_CONFIG, cpu_train_params, successor_extraction
-from workers.params.train import TrainParams
-from workers.stages import train
-from workers.stages.base import RecordingSink, StageContext
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from drafting.stages import train
+from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.tiny import cpu_train_params, successor_extraction
-from workers.stages import train
-from workers.stages.base import RecordingSink, StageContext
 
 
 @pytest.fixture(scope="module")

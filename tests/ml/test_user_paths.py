@@ -13,22 +13,23 @@ from typing import Any
 import pytest
 import torch
 
+from contract.params.extract import ExtractParams
+from contract.params.selftest import SelftestParams
+from contract.params.train import TrainParams
+from drafting.ml import hidden_store, train_state
+from drafting.ml._checkpoint import read_drafter_config
+from drafting.ml._dataset import file_sha256, read_dataset_rows, read_token_freq, tokenizer_sha256
+from drafting.ml.conversations import tokenize_file
+from drafting.ml.extraction import load_target_model
+from drafting.ml.target_head import load_target_head
+from drafting.ml.train_data import open_extraction
+from drafting.stages import extract, selftest, train
+from drafting.stages.base import RecordingSink, StageContext, StageError, TerminationReason
+from drafting.userfiles import Cap, UserFileError
+from tests.ml.guard import run_guarded
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import chat, random_target, write_jsonl
 from workers import stage_main
-from workers.ml import hidden_store, train_state
-from workers.ml._checkpoint import read_drafter_config
-from workers.ml._dataset import file_sha256, read_dataset_rows, read_token_freq, tokenizer_sha256
-from workers.ml.conversations import tokenize_file
-from workers.ml.extraction import load_target_model
-from workers.ml.target_head import load_target_head
-from workers.ml.train_data import open_extraction
-from workers.params.extract import ExtractParams
-from workers.params.selftest import SelftestParams
-from workers.params.train import TrainParams
-from workers.stages import extract, selftest, train
-from workers.stages.base import RecordingSink, StageContext, StageError, TerminationReason
-from workers.userfiles import Cap, UserFileError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,13 +62,14 @@ def _sparse(path: Path) -> Path:
 SPECIALS = {"fifo": _fifo, "dev_zero": _zero, "folder": _folder}
 
 
-def _refused(call: Callable[[], Any], path: Path) -> UserFileError:
+def _refused(call: Callable[[], Any], path: Path) -> str:
+    """The UserFileError message `call` raised at once, naming `path` (run guarded: tests/ml/guard.py)."""
     started = time.monotonic()
-    with pytest.raises(UserFileError) as caught:
-        call()
-    assert time.monotonic() - started < 5
-    assert str(path) in str(caught.value)
-    return caught.value
+    outcome = run_guarded(call)
+    assert outcome.raised == "UserFileError", outcome
+    assert time.monotonic() - started < 10
+    assert str(path) in outcome.message
+    return outcome.message
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +97,7 @@ def test_conversation_data(tmp_path: Path, special: str) -> None:
         SPECIALS[special](data)
     error = _refused(lambda: tokenize_file(data, None, max_len=64, overlong="drop"), data)
     if special == "over_long_line":
-        assert "conversation data line 2 is longer than" in str(error)
+        assert "conversation data line 2 is longer than" in error
     else:  # the extract stage hashes the data before it tokenizes it
         _refused(lambda: file_sha256(data, Cap.DATASET, "conversation data"), data)
 
@@ -207,12 +209,13 @@ def test_stage_main_turns_a_refused_file_into_bad_input(tmp_path: Path) -> None:
     assert as_stage_error.reason == TerminationReason.BAD_INPUT
 
 
+@pytest.mark.timeout(120)  # past the runner's own 30 s + 10 s grace: a regression fails, leaving no process
 def test_an_extract_job_whose_target_has_a_fifo_config_fails_promptly(target: Path, tmp_path: Path) -> None:
     """The whole path as the worker runs it: `python -m workers.stage_main` through the process runner."""
     fifo = _fifo(target / "config.json")
     params = _extract_params(target, _data(tmp_path), tmp_path / "out")
     started = time.monotonic()
-    run = run_stage_process("extract", params, tmp_path, timeout_s=50)
+    run = run_stage_process("extract", params, tmp_path, timeout_s=30)
     took = time.monotonic() - started
     assert not run.result.timed_out, run.log
     assert run.result.exit_code == 1, run.log
@@ -222,4 +225,4 @@ def test_an_extract_job_whose_target_has_a_fifo_config_fails_promptly(target: Pa
     assert "FIFO" in error["message"]
     assert f"error: {fifo}" in run.log
     assert "Traceback" not in run.log
-    assert took < 45
+    assert took < 30

@@ -1,4 +1,4 @@
-"""Tiny targets for the tests: the demo assets (workers/ml/demo_assets.py) plus random ones."""
+"""Tiny targets for the tests: the demo assets (drafting/ml/demo_assets.py) plus random ones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workers.ml.demo_assets import (
+from contract.params.train import TrainParams
+from drafting.ml.demo_assets import (
     CHAT_TEMPLATE,
     SPECIALS,
     TINY_CONFIG,
@@ -20,8 +21,7 @@ from workers.ml.demo_assets import (
     successor,
     write_jsonl,
 )
-from workers.ml.demo_assets import successor_target as _demo_target
-from workers.params.train import TrainParams
+from drafting.ml.demo_assets import successor_target as _demo_target
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -61,9 +61,9 @@ def successor_extraction(
     root: Path, *, conversations: int, turns: int, words: int, seed: int, max_len: int
 ) -> tuple[Path, Path]:
     """(target, extraction) of the successor task: conversations made and extracted on the CPU."""
-    from workers.params.extract import ExtractParams
-    from workers.stages import extract
-    from workers.stages.base import StageContext
+    from contract.params.extract import ExtractParams
+    from drafting.stages import extract
+    from drafting.stages.base import StageContext
 
     target = successor_target(root / "target")
     rng = random.Random(seed)

@@ -1,7 +1,7 @@
 """Private PostgreSQL and Redis servers, and eyas processes pointed at them, for fault-injection tests.
 
 The machine's own PostgreSQL (5432) and Redis (6379) are shared with other test runs, so a test that stops or
-restarts a service gets its own copy on a free port. Every process here starts through `workers.proc.spawn`
+restarts a service gets its own copy on a free port. Every process here starts through `drafting.proc.spawn`
 (an argv list, never a shell) and is stopped by the test that started it, on failure too.
 """
 
@@ -22,8 +22,8 @@ import psutil
 import psycopg
 import redis
 
+from drafting import proc
 from tests.conftest import free_port
-from workers import proc
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("EYAS_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))

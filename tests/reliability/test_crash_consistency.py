@@ -17,9 +17,9 @@ import httpx
 from sqlalchemy import text
 
 from app.core.db import session_scope
+from drafting import proc
 from tests._drafts import DraftShape, write_speculators_draft
 from tests.reliability._stack import Stack
-from workers import proc
 
 ROOT = Path(__file__).resolve().parents[2]
 # ~150 MB of weights: a converter killed at a random moment is often caught in the middle of writing.
@@ -120,7 +120,7 @@ def digest(folder: Path) -> dict[str, str]:
 def test_a_converter_killed_at_any_moment_leaves_no_half_written_checkpoint(tmp_path: Path) -> None:
     source = write_speculators_draft(tmp_path / "draft", LARGE_DRAFT)
     reference = tmp_path / "reference"
-    argv = [sys.executable, "-m", "workers.checkpoint", "fix", str(source)]
+    argv = [sys.executable, "-m", "drafting.checkpoint", "fix", str(source)]
     complete = proc.spawn([*argv, str(reference)], cwd=ROOT, output=tmp_path / "reference.log")
     assert complete.wait(timeout=120) == 0, (tmp_path / "reference.log").read_text()
     expected = digest(reference)

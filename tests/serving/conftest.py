@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from drafting.stages.base import RecordingSink, StageContext
 from tests.serving.serving_tiny_models import TinyPair, make_pair
-from workers.stages.base import RecordingSink, StageContext
 
 STANDIN_DIR = Path(__file__).parent / "standin"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workers.ml.drafter import Eagle3Drafter, aux_hidden_states, default_aux_layers, save_drafter
-from workers.serving.decoding import DecodeLimits, greedy_decode
+from drafting.ml.drafter import Eagle3Drafter, aux_hidden_states, default_aux_layers, save_drafter
+from drafting.serving.decoding import DecodeLimits, greedy_decode
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from contract.params.launch import LaunchParams
+from drafting.serving.checks import prepare_launch
+from drafting.serving.findings import Finding, Severity
+from drafting.serving.host_checks import check_shm, stale_shm_segments
+from drafting.serving.render import HostFacts
+from drafting.serving.tensor_parallel import check_tp_size, tp_fits, valid_tp_sizes
 from tests.conftest import free_port
 from tests.serving.serving_tiny_models import TinyPair, make_pair
-from workers.params.launch import LaunchParams
-from workers.serving.checks import prepare_launch
-from workers.serving.findings import Finding, Severity
-from workers.serving.host_checks import check_shm, stale_shm_segments
-from workers.serving.render import HostFacts
-from workers.serving.tensor_parallel import check_tp_size, tp_fits, valid_tp_sizes
 
 GPU_HOST = HostFacts(python="/usr/bin/python3", sglang_version="0.5.14", gpu_count=1, on_host=True)
 
@@ -224,7 +224,7 @@ def test_a_port_whose_grpc_port_passes_65535_is_refused_on_0_5_14(tiny_pair: Tin
 
 
 def test_the_smoke_runners_free_port_is_one_sglang_0_5_14_accepts() -> None:
-    from workers.serving.smoke_local import free_port as smoke_port
+    from drafting.serving.smoke_local import free_port as smoke_port
 
     ports = {smoke_port() for _ in range(50)}
     assert all(20000 <= port <= 55535 for port in ports)

@@ -16,18 +16,18 @@ import psutil
 import pytest
 import torch
 
+from contract.params.benchmark import BenchmarkParams
+from contract.params.evaluate import EvalParams
+from contract.params.launch import LaunchParams
+from drafting.serving.decoding import DecodeLimits, greedy_decode
+from drafting.serving.models import load_models
+from drafting.stages import benchmark as benchmark_stage
+from drafting.stages import evaluate as evaluate_stage
+from drafting.stages import launch as launch_stage
+from drafting.stages.base import StageError, TerminationReason
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, StageThread, start_stage
 from tests.serving.serving_tiny_models import TinyPair
-from workers.params.benchmark import BenchmarkParams
-from workers.params.evaluate import EvalParams
-from workers.params.launch import LaunchParams
-from workers.serving.decoding import DecodeLimits, greedy_decode
-from workers.serving.models import load_models
-from workers.stages import benchmark as benchmark_stage
-from workers.stages import evaluate as evaluate_stage
-from workers.stages import launch as launch_stage
-from workers.stages.base import StageError, TerminationReason
 
 DEPTH = 4
 NEW_TOKENS = 40

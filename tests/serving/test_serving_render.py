@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from workers.params.launch import LaunchParams
-from workers.serving.findings import Severity
-from workers.serving.render import HostFacts, RenderedLaunch, render_launch
-from workers.serving.sglang_parser import parse_with_sglang, sglang_parser
+from contract.params.launch import LaunchParams
+from drafting.serving.findings import Severity
+from drafting.serving.render import HostFacts, RenderedLaunch, render_launch
+from drafting.serving.sglang_parser import parse_with_sglang, sglang_parser
 
 EAGLE3_DRAFT = {"architectures": ["LlamaForCausalLMEagle3"]}
 
@@ -231,7 +231,7 @@ def test_extra_args_with_control_characters_or_a_bad_host_are_refused_at_validat
 
 def test_reference_engine_renders_its_own_module_and_refuses_trees() -> None:
     rendered = render_launch(spec(engine="reference", depth=4, extra_args=["--enable-metrics"]))
-    assert rendered.argv[1:3] == ["-m", "workers.serving.reference_engine"]
+    assert rendered.argv[1:3] == ["-m", "drafting.serving.reference_engine"]
     assert flag_value(rendered.argv, "--depth") == "4"
     assert "--enable-metrics" not in rendered.argv
     assert "EXTRA_ARGS_IGNORED" in codes(rendered, Severity.INFO)

@@ -11,12 +11,12 @@ import time
 import psutil
 import pytest
 
+from contract.params.launch import LaunchParams
+from drafting.stages import launch as launch_stage
+from drafting.stages.base import StageCancelled, StageError, TerminationReason
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, start_stage
 from tests.serving.serving_tiny_models import TinyPair
-from workers.params.launch import LaunchParams
-from workers.stages import launch as launch_stage
-from workers.stages.base import StageCancelled, StageError, TerminationReason
 
 pytestmark = pytest.mark.usefixtures("standin_on_path")
 

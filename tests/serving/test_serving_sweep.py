@@ -9,13 +9,13 @@ from typing import Any
 import psutil
 import pytest
 
+from contract.params.benchmark import BenchmarkParams
+from drafting.serving.sweep import format_table, release_gate
+from drafting.stages import benchmark as benchmark_stage
+from drafting.stages.base import StageError, TerminationReason
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
 from tests.serving.serving_tiny_models import TinyPair
-from workers.params.benchmark import BenchmarkParams
-from workers.serving.sweep import format_table, release_gate
-from workers.stages import benchmark as benchmark_stage
-from workers.stages.base import StageError, TerminationReason
 
 
 def test_sweep_launches_baseline_and_each_depth_then_the_gate_fails_non_zero(

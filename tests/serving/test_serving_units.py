@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from workers.serving.bench_stats import percentile, summarize
-from workers.serving.load_client import LoadOptions, RequestRecord, _merge_ids, request_body
-from workers.serving.prompts import Prompt, load_prompts
-from workers.serving.server_log import ServerLog
+from drafting.serving.bench_stats import percentile, summarize
+from drafting.serving.load_client import LoadOptions, RequestRecord, _merge_ids, request_body
+from drafting.serving.prompts import Prompt, load_prompts
+from drafting.serving.server_log import ServerLog
 
 
 def test_builtin_prompt_set_loads() -> None:

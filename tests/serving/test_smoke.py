@@ -1,6 +1,6 @@
 """The load smoke test end to end on the CPU: eyas's reference engine in real processes, real drafts.
 
-The target is the constructed successor Llama (workers.ml.demo_assets), declared bf16 like a real target (the
+The target is the constructed successor Llama (drafting.ml.demo_assets), declared bf16 like a real target (the
 reference engine computes in float32); the trained draft is fitted to it for a few hundred steps.
 """
 
@@ -16,17 +16,17 @@ import psutil
 import pytest
 import torch
 
+from contract.params.benchmark import BenchmarkParams
+from drafting.ml.demo_assets import successor_target
+from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
+from drafting.serving.decoding import DecodeLimits, greedy_decode
+from drafting.serving.smoke import smoke_prompts
+from drafting.serving.smoke_local import SmokeRequest, run_local_smoke
+from drafting.stages import benchmark as benchmark_stage
+from drafting.stages.base import StageError, TerminationReason
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
 from tests.serving.serving_tiny_models import fit_drafter
-from workers.ml.demo_assets import successor_target
-from workers.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
-from workers.params.benchmark import BenchmarkParams
-from workers.serving.decoding import DecodeLimits, greedy_decode
-from workers.serving.smoke import smoke_prompts
-from workers.serving.smoke_local import SmokeRequest, run_local_smoke
-from workers.stages import benchmark as benchmark_stage
-from workers.stages.base import StageError, TerminationReason
 
 ROOT = Path(__file__).resolve().parents[2]
 

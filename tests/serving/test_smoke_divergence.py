@@ -1,6 +1,6 @@
 """The divergence classifier: a planted near-tie passes as one, a planted lossy verify fails as a real loss.
 
-Both run real torch decoding on constructed successor targets (workers.ml.demo_assets); the lossy verify is
+Both run real torch decoding on constructed successor targets (drafting.ml.demo_assets); the lossy verify is
 a planted fault in the reference decoder (it accepts every draft without checking it), not a mock.
 """
 
@@ -12,12 +12,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from workers.ml.demo_assets import SPECIALS, successor, successor_target
-from workers.ml.drafter import Eagle3Drafter, default_aux_layers
-from workers.serving import decoding
-from workers.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
-from workers.serving.divergence import TargetScorer, classify, first_divergence, near_tie_bound
-from workers.serving.smoke import Answer, SmokeOptions, judge
+from drafting.ml.demo_assets import SPECIALS, successor, successor_target
+from drafting.ml.drafter import Eagle3Drafter, default_aux_layers
+from drafting.serving import decoding
+from drafting.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
+from drafting.serving.divergence import TargetScorer, classify, first_divergence, near_tie_bound
+from drafting.serving.smoke import Answer, SmokeOptions, judge
 
 TIED = len(SPECIALS) + 5  # at this token the target's top two are its successor and RIVAL
 RIVAL = len(SPECIALS) + 20

@@ -21,8 +21,8 @@ from app.jobs import lifecycle, repository
 from app.jobs.maintenance import tick
 from app.models.base import utcnow
 from app.models.job import Job
+from drafting import proc
 from tests.conftest import ROOT, WorkerProcess, worker_env
-from workers import proc
 
 Headers = dict[str, str]
 

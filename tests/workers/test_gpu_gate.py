@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workers.hostinfo import gate, gpus, shm
-from workers.params.gpu_check import GpuCheckParams
-from workers.stages import gpu_check
-from workers.stages.base import RecordingSink, StageContext
+from contract.params.gpu_check import GpuCheckParams
+from drafting.hostinfo import gate, gpus, shm
+from drafting.stages import gpu_check
+from drafting.stages.base import RecordingSink, StageContext
 
 
 def test_inventory_without_nvml_reports_zero_gpus_and_the_reason() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from workers import proc
+from drafting import proc
 
 
 def collect() -> tuple[list[tuple[str, str]], proc.LineSink]:

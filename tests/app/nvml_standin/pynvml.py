@@ -1,6 +1,6 @@
 """A stand-in for nvidia-ml-py's `pynvml`, put first on a test worker's PYTHONPATH: idle H200s, as many as
 the file `gpus` beside this module says (a file, since a job's process gets an allow-listed environment).
-This machine has no GPU; eyas reads only the calls below (workers/hostinfo/gpus.py)."""
+This machine has no GPU; eyas reads only the calls below (drafting/hostinfo/gpus.py)."""
 
 from __future__ import annotations
 

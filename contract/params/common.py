@@ -1,0 +1,123 @@
+"""Building blocks shared by every stage's params."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from contract.params.text import BIDI_CONTROL_RE, NON_FINITE, first_refused
+
+# Characters that have no business in a path eyas hands to a program. No shell ever sees these paths,
+# but refusing them at submit time turns a confused or hostile request into a clear 422.
+_FORBIDDEN_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f;|&$`<>*?!{}\\\"']")
+# C1 controls and line/paragraph separators: invisible, and they break the line a path is shown on.
+_INVISIBLE_BREAKS = re.compile("[\x80-\x9f\u2028\u2029]")
+MAX_PATH_CHARS = 4096
+
+
+def _check_host_path(value: str) -> str:
+    if len(value) > MAX_PATH_CHARS:
+        raise ValueError(f"path is longer than {MAX_PATH_CHARS} characters")
+    if not value.startswith("/"):
+        raise ValueError("path must be absolute (it is resolved on the worker host)")
+    if _FORBIDDEN_PATH_CHARS.search(value) or _INVISIBLE_BREAKS.search(value):
+        raise ValueError("path contains control or shell metacharacters")
+    if bidi := BIDI_CONTROL_RE.search(value):
+        raise ValueError(
+            f"path contains the bidirectional text control U+{ord(bidi.group()):04X}, which makes it "
+            "display as a different path (a control character)"
+        )
+    if ".." in PurePosixPath(value).parts:
+        raise ValueError("path must not contain '..' components")
+    return value
+
+
+HostPath = Annotated[str, AfterValidator(_check_host_path)]
+"""An absolute path on the worker host. The worker also checks it lies under the host's allowed roots."""
+
+
+class StageParams(BaseModel):
+    """Base of every stage's params: unknown fields are errors, never silently ignored, and a number must be
+    finite (NaN or Infinity is refused, never stored as null)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        """Every field at any depth: no lone surrogate (pydantic keeps one in a str), no non-finite number."""
+        found = first_refused(value)
+        if found is not None:
+            where, message = found
+            kind = "finite_number" if message == NON_FINITE else "string_unicode"
+            at = f" at {'.'.join(where)}" if where else ""
+            raise PydanticCustomError(kind, "{message}{at}", {"message": message, "at": at})
+        return value
+
+    def host_paths(self) -> list[str]:
+        """Every HostPath-typed value, so the API and the worker can check them against allowed roots."""
+        paths: list[str] = []
+        for name, field in type(self).model_fields.items():
+            if _is_host_path(field.annotation, field.metadata):
+                value = getattr(self, name)
+                if isinstance(value, str):
+                    paths.append(value)
+        return paths
+
+    def needs_gpus(self) -> bool:
+        """Whether this job holds GPUs while it runs (overridden by GPU stages)."""
+        return False
+
+    def gpus_optional(self) -> bool:
+        """Whether the stage can run without GPUs when the host has none (e.g. a launch with engine auto)."""
+        return False
+
+    def gpus_needed(self) -> int:
+        """How many GPUs the job leases when the request does not say (a server: its tensor-parallel size)."""
+        return 1 if self.needs_gpus() else 0
+
+    def gpus_conflict(self, gpus: int) -> str | None:
+        """Why a request for `gpus` GPUs contradicts these params (None when it does not)."""
+        return None
+
+
+class DataParallelParams(StageParams):
+    """Params of a stage that can run as several torchrun ranks: one per GPU, or gloo processes on CPU."""
+
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cuda runs on the job's leased GPUs, one rank per GPU"
+    )
+    ranks: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="data-parallel processes (torchrun). cuda: one per GPU, default all the job's GPUs "
+        "(leases this many when the request names no gpus). cpu: gloo processes, default 1",
+    )
+
+    def needs_gpus(self) -> bool:
+        return self.device == "cuda"
+
+    def gpus_needed(self) -> int:
+        return (self.ranks or 1) if self.device == "cuda" else 0
+
+    def gpus_conflict(self, gpus: int) -> str | None:
+        if self.device == "cuda" and self.ranks is not None and gpus != self.ranks:
+            return f"ranks is {self.ranks} but the job asks for {gpus} GPU(s): on cuda a rank runs on one GPU"
+        return None
+
+
+def _is_host_path(annotation: object, metadata: list[object]) -> bool:
+    validators = [m for m in metadata if isinstance(m, AfterValidator)]
+    if any(v.func is _check_host_path for v in validators):
+        return True
+    args = getattr(annotation, "__args__", ())
+    for arg in args:
+        for meta in getattr(arg, "__metadata__", ()):
+            if isinstance(meta, AfterValidator) and meta.func is _check_host_path:
+                return True
+    return False

@@ -1,0 +1,32 @@
+"""Params of the eval stage: offline acceptance of a drafter against its target, before any server exists."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from contract.params.common import HostPath, StageParams
+
+
+class EvalParams(StageParams):
+    model: HostPath = Field(description="target model folder (HF layout)")
+    draft: HostPath = Field(description="drafter folder (SGLang layout)")
+    depths: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        default_factory=lambda: [16, 10, 5],
+        min_length=1,
+        max_length=16,
+        description="chain depths to measure",
+    )
+    prompts: HostPath | None = Field(None, description="JSONL prompt set; default: eyas's built-in set")
+    max_prompts: int = Field(64, ge=1, le=100_000)
+    max_new_tokens: int = Field(128, ge=1, le=32_768)
+    ignore_eos: bool = Field(True, description="decode max_new_tokens every time (as benchmarks do)")
+    check_outputs: bool = Field(True, description="also decode without speculation and compare outputs")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: the job's GPU if it holds one")
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] = Field(
+        "auto", description="auto: bfloat16 on a GPU, float32 on the CPU"
+    )
+
+    def needs_gpus(self) -> bool:
+        return self.device == "cuda"

@@ -1,0 +1,63 @@
+"""Params of the train stage: an EAGLE-3 drafter from an extraction."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from contract.params.common import DataParallelParams, HostPath
+
+
+class TrainParams(DataParallelParams):
+    data: HostPath = Field(description="an extract stage's output folder")
+    target: HostPath = Field(description="the target model folder (config, embeddings, final norm, lm_head)")
+    output: HostPath = Field(
+        description="run folder: epoch_{n}/ checkpoints in SGLang's layout + training state"
+    )
+    backend: Literal["eyas"] = Field("eyas", description="trainer implementation (speculators: later)")
+    epochs: int = Field(1, ge=1, le=1000)
+    ttt_steps: int = Field(7, ge=1, le=16, description="training-time-test unroll length")
+    step_decay: float = Field(0.8, gt=0, le=1, description="loss weight of TTT step k is step_decay**k")
+    batch_size: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="samples per rank per optimizer step (padded to the longest); the global batch is "
+        "batch_size x ranks",
+    )
+    max_len: int = Field(2048, ge=8, le=262_144, description="samples are cut to this many tokens")
+    lr: float = Field(1e-4, gt=0, le=1)
+    warmup_ratio: float = Field(0.015, ge=0, le=1, description="warmup as a fraction of all steps")
+    warmup_steps: int | None = Field(None, ge=0, description="overrides warmup_ratio")
+    schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    grad_clip: float = Field(0.5, gt=0, description="max global grad norm")
+    draft_vocab_size: int = Field(32000, ge=1, le=1_000_000, description="d2t/t2d from token frequencies")
+    init_lm_head: Literal["target", "random"] = Field(
+        "target", description="start lm_head from the target's rows for the draft vocab, or at random"
+    )
+    val_fraction: float = Field(0.05, ge=0, le=0.5, description="samples held out for validation")
+    resume: bool = Field(True, description="continue the run saved in output; false refuses a used output")
+    dtype: Literal["bfloat16", "float32"] = Field(
+        "bfloat16", description="compute dtype (autocast); master weights stay float32"
+    )
+    compile: bool | None = Field(
+        None,
+        description="torch.compile the drafter's TTT unroll (default: on for cuda runs of 2000 steps or "
+        "more, where it pays back its ~40 s; off for cpu); a compiler failure on the first step falls back "
+        "to eager with a warning",
+    )
+    attention: Literal["auto", "dense", "flex"] = Field(
+        "auto", description="TTT attention kernel: auto = flex on cuda, dense on cpu"
+    )
+    seed: int = Field(0, ge=0)
+    log_every: int = Field(1, ge=1, description="optimizer steps between metric reports")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (smoke runs)")
+    state_every_s: float | None = Field(
+        1800,
+        ge=0,
+        description="save the training state this often within an epoch (seconds; null: at epoch ends only), "
+        "so a crash costs at most this much training",
+    )
+    loader_workers: int = Field(2, ge=0, le=64, description="DataLoader worker processes")

@@ -1,0 +1,22 @@
+"""Drafter checkpoints for SGLang: the doctor (`diagnose`) and the converter (`fix_checkpoint`).
+
+Importing this package pulls no torch: the doctor reads headers, and the converter copies bytes.
+"""
+
+from drafting.checkpoint.doctor import DEFAULT_SGLANG_VERSION, diagnose
+from drafting.checkpoint.errors import CheckpointError, PickleWeightsError
+from drafting.checkpoint.fix import fix_checkpoint
+from drafting.checkpoint.report import DoctorReport, Finding, FixReport, Severity, TensorMove
+
+__all__ = [
+    "DEFAULT_SGLANG_VERSION",
+    "CheckpointError",
+    "DoctorReport",
+    "Finding",
+    "FixReport",
+    "PickleWeightsError",
+    "Severity",
+    "TensorMove",
+    "diagnose",
+    "fix_checkpoint",
+]

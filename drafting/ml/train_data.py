@@ -1,0 +1,195 @@
+"""Reading an extraction for training: checks against the target, the train/val split, batches, collation."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from drafting.ml._config import check_aux_layers, text_config
+from drafting.ml._dataset import read_token_freq
+from drafting.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
+from drafting.userfiles import check_model_folder
+
+LENGTH_GROUP_BATCHES = 32  # batches per length-sorted group: little padding, still well shuffled
+
+
+class ExtractionMismatch(Exception):
+    """The extraction cannot train a drafter for this target (or is not a finished extraction)."""
+
+
+@dataclass(frozen=True)
+class Extraction:
+    folder: Path
+    manifest: dict[str, Any]
+    seq_lens: list[int]
+    token_freq: dict[int, int]
+
+    @property
+    def aux_layers(self) -> list[int]:
+        return [int(i) for i in self.manifest["aux_layers"]]
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.manifest["target"]["hidden_size"])
+
+
+def open_extraction(folder: Path, target_config: dict[str, Any]) -> Extraction:
+    from datasets import load_from_disk
+
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ExtractionMismatch(f"{folder} holds no eyas extraction (no eyas_manifest.json)")
+    if manifest.get("status") != "complete":
+        raise ExtractionMismatch(f"the extraction in {folder} is {manifest.get('status')}: finish it first")
+    problems = _mismatches(manifest, target_config)
+    if problems:
+        raise ExtractionMismatch("the extraction does not match the target: " + "; ".join(problems))
+    check_model_folder(folder, "extraction folder")  # datasets opens its files with plain `open`
+    seq_lens = [int(n) for n in load_from_disk(str(folder)).with_format(None)["seq_len"]]
+    return Extraction(Path(folder), manifest, seq_lens, read_token_freq(folder))
+
+
+def _mismatches(manifest: dict[str, Any], target_config: dict[str, Any]) -> list[str]:
+    text, stored = text_config(target_config), manifest["target"]
+    problems = [
+        f"{key} {stored.get(key)} in the extraction, {text.get(key)} in the target"
+        for key in ("hidden_size", "num_hidden_layers", "vocab_size")
+        if stored.get(key) != text.get(key)
+    ]
+    try:
+        check_aux_layers([int(i) for i in manifest["aux_layers"]], int(text["num_hidden_layers"]))
+    except ValueError as exc:
+        problems.append(str(exc))
+    return problems
+
+
+def split_indices(count: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, val) row indices: a seeded shuffle, the first `val_fraction` of it held out."""
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    held_out = min(round(count * val_fraction), count - 1) if val_fraction > 0 else 0
+    if val_fraction > 0 and count > 1:
+        held_out = max(held_out, 1)
+    return sorted(order[held_out:]), sorted(order[:held_out])
+
+
+def epoch_batches(
+    indices: list[int],
+    seq_lens: list[int],
+    *,
+    batch_size: int,
+    epoch: int,
+    seed: int,
+    rank: int = 0,
+    world: int = 1,
+) -> list[list[int]]:
+    """This epoch's batches, the same on every run for a given seed (resume relies on it).
+
+    Rows are shuffled, grouped by similar length within windows of LENGTH_GROUP_BATCHES batches (so padding
+    stays small), and the batches shuffled again; with several ranks each takes every world-th batch.
+    """
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = list(indices)
+    rng.shuffle(order)
+    window = batch_size * LENGTH_GROUP_BATCHES
+    batches = []
+    for start in range(0, len(order), window):
+        group = sorted(order[start : start + window], key=lambda i: seq_lens[i])
+        batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
+    rng.shuffle(batches)
+    usable = len(batches) - len(batches) % world if world > 1 else len(batches)
+    return batches[rank:usable:world]
+
+
+class HiddenStateDataset(Dataset[dict[str, torch.Tensor]]):
+    """Row i of an extraction, cut to max_len: token ids, loss mask and the 4 stored states per token."""
+
+    def __init__(self, extraction: Extraction, max_len: int) -> None:
+        from datasets import load_from_disk
+
+        self.folder = extraction.folder
+        self.max_len = max_len
+        self.rows = load_from_disk(str(extraction.folder)).with_format(None)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        stored = load_sample(self.folder, index)
+        keep = min(self.max_len, stored["token_ids"].shape[0])
+        loss_mask = torch.tensor(self.rows[index]["loss_mask"][:keep], dtype=torch.bool)
+        return {
+            "input_ids": stored["token_ids"][:keep],
+            "loss_mask": loss_mask,
+            "hidden": stored["hidden_states"][:keep],
+        }
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [B, S] int64, 0 past each row's length
+    loss_mask: torch.Tensor  # [B, S] bool
+    hidden: torch.Tensor  # [B, S, 4, T]
+    lengths: torch.Tensor  # [B]
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(
+            *(
+                t.to(device, non_blocking=True)
+                for t in (self.input_ids, self.loss_mask, self.hidden, self.lengths)
+            )
+        )
+
+    def pin_memory(self) -> Batch:
+        """Called by DataLoader(pin_memory=True) so host-to-device copies can run asynchronously."""
+        return Batch(*(t.pin_memory() for t in (self.input_ids, self.loss_mask, self.hidden, self.lengths)))
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+class Collate:
+    """Right-pads a batch; `pad_multiple` rounds the length up so compiled GPU kernels see few shapes."""
+
+    def __init__(self, pad_multiple: int = 1) -> None:
+        self.pad_multiple = pad_multiple
+
+    def __call__(self, items: list[dict[str, torch.Tensor]]) -> Batch:
+        longest = max(item["input_ids"].shape[0] for item in items)
+        seq = -(-longest // self.pad_multiple) * self.pad_multiple
+        first = items[0]["hidden"]
+        batch = Batch(
+            input_ids=torch.zeros(len(items), seq, dtype=torch.long),
+            loss_mask=torch.zeros(len(items), seq, dtype=torch.bool),
+            hidden=torch.zeros(len(items), seq, STATES_PER_TOKEN, first.shape[-1], dtype=first.dtype),
+            lengths=torch.tensor([item["input_ids"].shape[0] for item in items]),
+        )
+        for row, item in enumerate(items):
+            n = item["input_ids"].shape[0]
+            batch.input_ids[row, :n] = item["input_ids"]
+            batch.loss_mask[row, :n] = item["loss_mask"]
+            batch.hidden[row, :n] = item["hidden"]
+        return batch
+
+
+def batch_loader(
+    dataset: HiddenStateDataset,
+    batches: list[list[int]],
+    *,
+    workers: int,
+    pin_memory: bool,
+    pad_multiple: int,
+) -> DataLoader[Batch]:
+    return DataLoader(
+        dataset,  # type: ignore[arg-type]
+        batch_sampler=batches,
+        collate_fn=Collate(pad_multiple),
+        num_workers=workers,
+        pin_memory=pin_memory,
+    )

@@ -1,0 +1,207 @@
+"""The epoch loop: batches, metrics, validation, per-epoch checkpoints, and stopping cleanly.
+
+It talks to its surroundings through `Reporter` (the stage context satisfies it) and `Checkpointer`, so it
+knows nothing of jobs, and a cancel or a `max_steps` stop always leaves a state file the run resumes from.
+Within an epoch the state is also saved every `state_every_s` seconds, so a crash (a killed worker, a lost
+host) costs at most that much training, not the epoch.
+Under torchrun every rank runs this loop in lockstep over its own share of the batches; statistics are
+summed over the ranks before they are reported, so the figures describe the whole global batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from drafting.ml.distributed import sum_across
+from drafting.ml.objective import summarise
+from drafting.ml.train_data import HiddenStateDataset, batch_loader, epoch_batches
+from drafting.ml.train_state import RunPosition
+from drafting.ml.trainer import StopRequested, Trainer
+
+
+class Reporter(Protocol):
+    def log(self, text: str, *, stream: str = "stdout") -> None: ...
+
+    def progress(self, fraction: float, message: str = "") -> None: ...
+
+    def metric(self, name: str, value: float, step: int) -> None: ...
+
+    def cancel_requested(self) -> bool: ...
+
+
+@dataclass
+class LoopPlan:
+    dataset: HiddenStateDataset
+    train_rows: list[int]
+    val_rows: list[int]
+    seq_lens: list[int]
+    epochs: int
+    batch_size: int
+    seed: int
+    log_every: int
+    max_steps: int | None
+    state_every_s: float | None
+    loader_workers: int
+    pad_multiple: int
+    total_steps: int
+
+
+@dataclass
+class _Window:
+    """Training statistics since the last report."""
+
+    stats: torch.Tensor | None = None
+    tokens: int = 0
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    steps: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def add(self, loss: float, grad_norm: float, stats: torch.Tensor, tokens: int) -> None:
+        self.stats = stats if self.stats is None else self.stats + stats
+        self.loss, self.grad_norm = self.loss + loss, self.grad_norm + grad_norm
+        self.tokens, self.steps = self.tokens + tokens, self.steps + 1
+
+
+Checkpointer = Callable[[RunPosition], None]
+EpochSaver = Callable[[int, dict[str, float]], Path]
+
+
+def run_training(
+    trainer: Trainer,
+    plan: LoopPlan,
+    position: RunPosition,
+    reporter: Reporter,
+    *,
+    save_state: Checkpointer,
+    save_epoch: EpochSaver,
+) -> list[dict[str, float]]:
+    """Train from `position` to the end (or max_steps); returns per-epoch summaries of this call."""
+    summaries = []
+    while position.epoch < plan.epochs:
+        finished_epoch, epoch_stats = _train_epoch(trainer, plan, position, reporter, save_state)
+        if not finished_epoch:
+            break
+        summary = _end_of_epoch(trainer, plan, position, reporter, epoch_stats)
+        save_epoch(position.epoch, summary)
+        position.epoch, position.batch_in_epoch = position.epoch + 1, 0
+        save_state(position)
+        summaries.append(summary)
+    return summaries
+
+
+def _train_epoch(
+    trainer: Trainer, plan: LoopPlan, position: RunPosition, reporter: Reporter, save_state: Checkpointer
+) -> tuple[bool, torch.Tensor | None]:
+    """Train the rest of the current epoch: (whether it finished, this rank's summed step stats). An early
+    stop (max_steps, cancel: StopRequested) saves the state first."""
+    ranks = trainer.ranks
+    batches = epoch_batches(
+        plan.train_rows,
+        plan.seq_lens,
+        batch_size=plan.batch_size,
+        epoch=position.epoch,
+        seed=plan.seed,
+        rank=ranks.rank,
+        world=ranks.world,
+    )
+    loader = batch_loader(
+        plan.dataset,
+        batches[position.batch_in_epoch :],
+        workers=plan.loader_workers,
+        pin_memory=trainer.device.type == "cuda",
+        pad_multiple=plan.pad_multiple,
+    )
+    window, epoch_stats = _Window(), None
+    last_saved = time.monotonic()
+    for batch in loader:
+        try:
+            loss, grad_norm, stats = trainer.step(
+                batch.to(trainer.device), position.global_step, stop_requested=reporter.cancel_requested()
+            )
+        except StopRequested:
+            save_state(position)  # the steps done so far survive the cancel
+            raise
+        position.global_step += 1
+        position.batch_in_epoch += 1
+        window.add(loss, grad_norm, stats, batch.tokens)
+        epoch_stats = stats if epoch_stats is None else epoch_stats + stats
+        if position.global_step % plan.log_every == 0:
+            _report_window(trainer, plan, position, reporter, window)
+            window = _Window()
+        if plan.state_every_s is not None and time.monotonic() - last_saved >= plan.state_every_s:
+            save_state(position)
+            last_saved = time.monotonic()
+        if plan.max_steps is not None and position.global_step >= plan.max_steps:
+            save_state(position)
+            reporter.log(f"stopping at max_steps={plan.max_steps}")
+            return False, epoch_stats
+    return True, epoch_stats
+
+
+def _report_window(
+    trainer: Trainer, plan: LoopPlan, position: RunPosition, reporter: Reporter, window: _Window
+) -> None:
+    assert window.stats is not None
+    step = position.global_step
+    elapsed = max(time.monotonic() - window.started, 1e-9)
+    tokens = torch.tensor([float(window.tokens)], dtype=torch.float64, device=window.stats.device)
+    totals = sum_across(trainer.ranks, torch.cat([window.stats.double().flatten(), tokens]))
+    metrics = summarise(totals[:-1].view_as(window.stats), trainer.step_weights)
+    metrics.update(
+        loss=window.loss / window.steps,
+        grad_norm=window.grad_norm / window.steps,
+        lr=float(trainer.scheduler.get_last_lr()[0]),
+        tokens_per_s=float(totals[-1]) / elapsed,
+    )
+    for name, value in metrics.items():
+        reporter.metric(f"train/{name}", value, step)
+    fraction = step / max(plan.total_steps, 1)
+    eta = elapsed / window.steps * (plan.total_steps - step)
+    reporter.progress(
+        fraction, f"epoch {position.epoch + 1}/{plan.epochs} step {step}/{plan.total_steps}, eta {eta:.0f}s"
+    )
+    reporter.log(
+        f"step {step} loss {metrics['loss']:.4f} acc_0 {metrics['acc_0']:.3f} "
+        f"tau {metrics['est_accept_len']:.2f} lr {metrics['lr']:.2e} {metrics['tokens_per_s']:,.0f} tok/s"
+    )
+
+
+def _end_of_epoch(
+    trainer: Trainer,
+    plan: LoopPlan,
+    position: RunPosition,
+    reporter: Reporter,
+    epoch_stats: torch.Tensor | None,
+) -> dict[str, float]:
+    """Epoch metrics: the epoch's training statistics (train_epoch/...) and validation (val/...).
+
+    After a resume mid-epoch, train_epoch/ covers the part of the epoch this run trained."""
+    summary: dict[str, float] = {"epoch": float(position.epoch + 1)}
+    reporter.metric("epoch", position.epoch + 1, position.global_step)
+    if epoch_stats is not None:  # the same on every rank: all ran the same number of steps
+        epoch_stats = sum_across(trainer.ranks, epoch_stats)
+        for name, value in summarise(epoch_stats, trainer.step_weights).items():
+            reporter.metric(f"train_epoch/{name}", value, position.global_step)
+            summary[f"train_epoch/{name}"] = value
+    if not plan.val_rows:
+        return summary
+    batches = [plan.val_rows[i : i + plan.batch_size] for i in range(0, len(plan.val_rows), plan.batch_size)]
+    ranks = trainer.ranks
+    mine = batches[ranks.rank :: ranks.world]
+    loader = batch_loader(plan.dataset, mine, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple)
+    sums = trainer.evaluate(loader)
+    for name, value in summarise(sums, trainer.step_weights).items():
+        reporter.metric(f"val/{name}", value, position.global_step)
+        summary[f"val/{name}"] = value
+    reporter.log(
+        f"epoch {position.epoch + 1}: val loss {summary['val/loss']:.4f} acc_0 {summary['val/acc_0']:.3f} "
+        f"est. acceptance length {summary['val/est_accept_len']:.2f}"
+    )
+    return summary

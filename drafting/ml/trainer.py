@@ -1,0 +1,264 @@
+"""One optimizer step of EAGLE-3 TTT training, and validation, on any device.
+
+The target side is frozen and cheap: the stored last hidden states go through the target's final norm and
+lm_head (full vocab, chunked) to give the soft targets; the drafter runs `ttt_steps` passes and the objective
+compares each with the target. Master weights stay float32; on a GPU the passes run under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from drafting.ml._attention import AttentionBackend
+from drafting.ml.distributed import Ranks, max_across, sum_across
+from drafting.ml.drafter import Eagle3Drafter
+from drafting.ml.objective import Targets, ttt_objective
+from drafting.ml.target_head import TargetHead
+from drafting.ml.train_data import Batch
+
+Schedule = Literal["cosine", "linear", "constant"]
+
+
+class NonFiniteLoss(Exception):
+    def __init__(self, step: int, value: float) -> None:
+        super().__init__(f"loss is {value} at step {step}")
+        self.step = step
+
+
+class StepOutOfMemory(Exception):
+    def __init__(self, batch_size: int, seq_len: int) -> None:
+        super().__init__(f"out of memory on a batch of {batch_size} x {seq_len} tokens")
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+
+
+class StopRequested(Exception):
+    """A rank was asked to stop (cancel): every rank stops before the same step, none half-way through."""
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    lr: float
+    warmup_steps: int
+    total_steps: int
+    schedule: Schedule
+    weight_decay: float
+    grad_clip: float
+
+
+def lr_factor(step: int, settings: OptimSettings) -> float:
+    """Linear warmup from ~0, then cosine or linear decay to 0 at total_steps (or constant)."""
+    if step < settings.warmup_steps:
+        return (step + 1) / (settings.warmup_steps + 1)
+    if settings.schedule == "constant":
+        return 1.0
+    span = max(settings.total_steps - settings.warmup_steps, 1)
+    progress = min((step - settings.warmup_steps) / span, 1.0)
+    if settings.schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(
+    drafter: Eagle3Drafter, settings: OptimSettings, device: torch.device
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (betas 0.9/0.95 as EAGLE and SpecForge) over the trainable weights, with its LR schedule."""
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=settings.lr,
+        betas=(0.9, 0.95),
+        weight_decay=settings.weight_decay,
+        fused=device.type == "cuda",
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, settings))
+    return optimizer, scheduler
+
+
+class _Unrolled(nn.Module):
+    """The TTT unroll and its objective as one module: DDP then sees every trainable weight used inside
+    its forward (the objective reads lm_head), and its gradient hooks all-reduce them during backward."""
+
+    _compiled: Callable[..., list[torch.Tensor]] | None
+
+    def __init__(
+        self,
+        drafter: Eagle3Drafter,
+        ttt_steps: int,
+        step_weights: list[float],
+        attention: AttentionBackend,
+        *,
+        compiled: bool,
+    ) -> None:
+        super().__init__()
+        self.drafter = drafter
+        self.ttt_steps, self.step_weights, self.attention = ttt_steps, step_weights, attention
+        # Kept off the module tree (object.__setattr__): the compiled wrapper shares the drafter's weights,
+        # and registering it would list them twice for DDP and the optimizer.
+        object.__setattr__(self, "_compiled", torch.compile(drafter) if compiled else None)
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
+    def run_eagerly(self) -> None:
+        object.__setattr__(self, "_compiled", None)
+
+    def forward(
+        self,
+        drafter_ids: torch.Tensor,
+        aux: torch.Tensor,
+        probs: torch.Tensor,
+        argmax: torch.Tensor,
+        in_draft: torch.Tensor,
+        loss_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        unroll = self._compiled if self._compiled is not None else self.drafter
+        outputs = unroll(drafter_ids, aux, self.ttt_steps, self.attention)
+        targets = Targets(probs, argmax, in_draft, loss_mask)
+        loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
+        return loss, stats.stacked()
+
+
+class Trainer:
+    """Optimizer steps on one rank. With several ranks (torchrun) the drafter trains under DDP: each rank
+    takes its own batches, gradients are averaged during backward, and every step starts with one small
+    all-reduce so that all ranks agree on the loss, a stop request and an out-of-memory before anyone
+    runs backward (a rank that left alone would hang the others in the next collective)."""
+
+    def __init__(
+        self,
+        drafter: Eagle3Drafter,
+        head: TargetHead,
+        *,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        settings: OptimSettings,
+        ttt_steps: int,
+        step_decay: float,
+        attention: AttentionBackend,
+        compute_dtype: torch.dtype,
+        device: torch.device,
+        ranks: Ranks | None = None,
+        compile_drafter: bool = False,
+    ) -> None:
+        self.drafter, self.head = drafter, head
+        self.optimizer, self.scheduler, self.settings = optimizer, scheduler, settings
+        self.ttt_steps, self.device = ttt_steps, device
+        self.ranks = ranks or Ranks()
+        self.step_weights = [step_decay**k for k in range(ttt_steps)]
+        self.autocast = compute_dtype != torch.float32
+        self.compute_dtype = compute_dtype
+        self.draft_ids = drafter.draft_to_target(torch.arange(drafter.d2t.numel(), device=device))
+        self.in_draft_vocab = drafter.t2d
+        self.unrolled = _Unrolled(drafter, ttt_steps, self.step_weights, attention, compiled=compile_drafter)
+        self._first_step = True
+        self.trained: nn.Module = self.unrolled
+        if self.ranks.distributed:
+            self.trained = DistributedDataParallel(
+                self.unrolled,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                gradient_as_bucket_view=True,
+                **_NO_BUFFER_SYNC,
+            )
+
+    def _objective(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        aux = batch.hidden[:, :, :3].flatten(2)
+        probs, argmax = self.head.distribution(batch.hidden[:, :, 3], self.draft_ids)
+        drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
+        with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
+            loss, stats = model(drafter_ids, aux, probs, argmax, self.in_draft_vocab[argmax], batch.loss_mask)
+        return loss, stats
+
+    def step(
+        self, batch: Batch, global_step: int, *, stop_requested: bool = False
+    ) -> tuple[float, float, torch.Tensor]:
+        """One optimizer step: (loss averaged over ranks, grad norm before clipping, this rank's step stats
+        [5, K]). Raises StopRequested, NonFiniteLoss or StepOutOfMemory on every rank alike."""
+        if stop_requested and not self.ranks.distributed:
+            raise StopRequested()
+        self.drafter.train()
+        out_of_memory = False
+        loss = stats = None
+        try:
+            loss, stats = self._forward(batch)
+        except torch.OutOfMemoryError:
+            out_of_memory = True
+        local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
+        # The one sync per step: it stops a NaN before it reaches the weights, and lets the ranks agree.
+        verdict = sum_across(
+            self.ranks, torch.stack([local, _flag(stop_requested, local), _flag(out_of_memory, local)])
+        ).tolist()
+        if verdict[2] > 0:
+            raise self._out_of_memory(batch, out_of_memory)
+        if verdict[1] > 0:
+            raise StopRequested()
+        value = verdict[0] / self.ranks.world
+        if not math.isfinite(value):
+            raise NonFiniteLoss(global_step, value)
+        assert loss is not None
+        assert stats is not None
+        try:
+            loss.backward()
+            params = [p for p in self.drafter.parameters() if p.grad is not None]
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.settings.grad_clip)
+            self.optimizer.step()
+        except torch.OutOfMemoryError:
+            # Past the agreement point: this rank fails alone; torchrun then ends the others.
+            raise StepOutOfMemory(*batch.input_ids.shape) from None
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return value, float(grad_norm), stats
+
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's forward; the first compiled one falls back to eager if the compiler fails (slower,
+        never wrong), as a missing or broken compiler should not cost a training run."""
+        first, self._first_step = self._first_step, False
+        try:
+            return self._objective(self.trained, batch)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            if not (first and self.unrolled.compiled):
+                raise
+            warnings.warn(f"torch.compile of the drafter failed, training eagerly: {exc}", stacklevel=2)
+            self.unrolled.run_eagerly()
+            return self._objective(self.trained, batch)
+
+    def _out_of_memory(self, batch: Batch, here: bool) -> StepOutOfMemory:
+        """The failing batch's shape on every rank (the largest, when several ranks ran out)."""
+        shape = torch.tensor(batch.input_ids.shape if here else (0, 0), device=self.device)
+        batch_size, seq_len = max_across(self.ranks, shape).tolist()
+        return StepOutOfMemory(int(batch_size), int(seq_len))
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable[Batch]) -> torch.Tensor:
+        """Step stats summed over this rank's batches and then over all ranks ([5, K], zeros if none)."""
+        self.drafter.eval()
+        total = torch.zeros(5, self.ttt_steps, device=self.device)
+        for batch in batches:
+            _, stats = self._objective(self.unrolled, batch.to(self.device))
+            total += stats
+        return sum_across(self.ranks, total)
+
+
+# d2t is the same on every rank and never changes: no buffer broadcast before each forward. torch 2.13
+# renamed the switch (and warns on the old name); GPU hosts may run an older torch.
+_NO_BUFFER_SYNC: dict[str, Any] = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
+
+
+def _flag(value: bool, like: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(like) if value else torch.zeros_like(like)

@@ -1,0 +1,175 @@
+"""Greedy decoding of a target, plain or with greedy chain speculation by an EAGLE-3 drafter.
+
+One sequence at a time, in torch: the reference engine serves with it and the eval stage measures with it.
+Speculation per step: the drafter proposes `depth` tokens, the target verifies [last token, drafts] in one
+forward, the longest prefix of drafts equal to the target's own greedy choices is kept, plus the target's next
+token (the bonus). The output is therefore the target's plain greedy output, token for token.
+
+Counting follows SGLang: the prefill yields the first token without a verify step; `verify_ct` counts verify
+steps; `accept length` = completion tokens / verify steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from drafting.ml.capture import capture_layers
+from drafting.ml.drafter import Eagle3Drafter
+
+StepCallback = Callable[[list[int]], None]
+"""Called after each step with the tokens it added (for streaming)."""
+
+
+@dataclass
+class DecodeResult:
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: str = "length"  # "length" or "stop" (an EOS token was produced)
+    verify_ct: int = 0
+    accepted_drafts: list[int] = field(
+        default_factory=list
+    )  # per verify step: drafts accepted (bonus excluded)
+    depth: int = 0
+
+    @property
+    def accept_length(self) -> float | None:
+        return len(self.output_ids) / self.verify_ct if self.verify_ct else None
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    max_new_tokens: int
+    eos_ids: frozenset[int] = frozenset()
+
+
+class _Output:
+    """Collects emitted tokens and stops at the token limit or an EOS token."""
+
+    def __init__(self, limits: DecodeLimits, result: DecodeResult, on_step: StepCallback | None) -> None:
+        self.limits, self.result, self.on_step = limits, result, on_step
+
+    @property
+    def done(self) -> bool:
+        return (
+            self.result.finish_reason == "stop" or len(self.result.output_ids) >= self.limits.max_new_tokens
+        )
+
+    def emit(self, tokens: Sequence[int]) -> None:
+        added: list[int] = []
+        for token in tokens:
+            if self.done:
+                break
+            added.append(token)
+            self.result.output_ids.append(token)
+            if token in self.limits.eos_ids:
+                self.result.finish_reason = "stop"
+        if added and self.on_step is not None:
+            self.on_step(added)
+
+
+@torch.inference_mode()
+def greedy_decode(
+    target: nn.Module, prompt_ids: Sequence[int], limits: DecodeLimits, on_step: StepCallback | None = None
+) -> DecodeResult:
+    """Plain greedy decoding with the target's KV cache: the baseline."""
+    result = DecodeResult()
+    output = _Output(limits, result, on_step)
+    cache = DynamicCache()
+    logits = _forward(target, list(prompt_ids), cache)
+    output.emit([int(logits[-1].argmax())])
+    while not output.done:
+        logits = _forward(target, [result.output_ids[-1]], cache)
+        output.emit([int(logits[-1].argmax())])
+    return result
+
+
+@torch.inference_mode()
+def speculative_decode(
+    target: nn.Module,
+    drafter: Eagle3Drafter,
+    prompt_ids: Sequence[int],
+    limits: DecodeLimits,
+    depth: int,
+    on_step: StepCallback | None = None,
+) -> DecodeResult:
+    """Greedy chain speculative decoding: output identical to greedy_decode's."""
+    result = DecodeResult(depth=depth)
+    output = _Output(limits, result, on_step)
+    cache = DynamicCache()
+    context = list(prompt_ids)  # tokens whose target states are in `features` and in the cache
+    logits, aux = _forward_capturing(target, context, cache, drafter.aux_layers)
+    features = drafter.project(aux)  # drafter-space feature per context position
+    pending = int(logits[-1].argmax())  # emitted, not yet run through the target
+    output.emit([pending])
+    while not output.done:
+        drafts = draft_chain(drafter, context, features, pending, depth)
+        logits, aux = _forward_capturing(target, [pending, *drafts], cache, drafter.aux_layers)
+        choices = [int(t) for t in logits.argmax(dim=-1)]
+        accepted = _matching_prefix(drafts, choices)
+        result.verify_ct += 1
+        result.accepted_drafts.append(accepted)
+        output.emit([*drafts[:accepted], choices[accepted]])
+        context += [pending, *drafts[:accepted]]
+        features = torch.cat([features, drafter.project(aux[:, : accepted + 1])], dim=1)
+        _truncate_cache(cache, len(context))
+        pending = choices[accepted]
+    return result
+
+
+def draft_chain(
+    drafter: Eagle3Drafter, context: list[int], features: torch.Tensor, pending: int, depth: int
+) -> list[int]:
+    """`depth` greedy draft tokens (target ids) after `pending`.
+
+    Position i reads (token i+1, feature of position i): the target's projected state for context
+    positions, then the drafter's own pre-norm output for drafted ones, as SGLang's draft decode does.
+    Recomputed without a cache on every step: slow, but nothing can get out of sync.
+    """
+    device = features.device
+    input_ids = torch.tensor([[*context[1:], pending]], device=device)
+    step_features = features
+    drafts: list[int] = []
+    for _ in range(depth):
+        logits, hidden = drafter.forward_sequence(input_ids, step_features)
+        draft_id = drafter.draft_to_target(logits[0, -1].argmax().view(1))
+        drafts.append(int(draft_id[0]))
+        input_ids = torch.cat([input_ids, draft_id.view(1, 1).to(device)], dim=1)
+        step_features = torch.cat([step_features, hidden[:, -1:]], dim=1)
+    return drafts
+
+
+def _matching_prefix(drafts: Sequence[int], choices: Sequence[int]) -> int:
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == choices[accepted]:
+        accepted += 1
+    return accepted
+
+
+def _forward(target: nn.Module, tokens: list[int], cache: DynamicCache) -> torch.Tensor:
+    device = _device_of(target)
+    out = target(input_ids=torch.tensor([tokens], device=device), past_key_values=cache, use_cache=True)
+    return out.logits[0]
+
+
+def _forward_capturing(
+    target: nn.Module, tokens: list[int], cache: DynamicCache, aux_layers: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Target logits [n, V] and the aux states [1, n, 3T] the drafter reads, in one forward."""
+    with capture_layers(target, aux_layers) as captured:
+        logits = _forward(target, tokens, cache)
+    return logits, torch.cat([captured[i] for i in aux_layers], dim=-1)
+
+
+def _truncate_cache(cache: DynamicCache, keep: int) -> None:
+    """Drop the rejected drafts' keys and values (a negative crop removes that many tokens)."""
+    extra = cache.get_seq_length() - keep
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device

@@ -1,0 +1,71 @@
+"""What the launch checks read from the target's and the draft's config.json, by SGLang's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from drafting.serving import sglang_rules as rules
+from drafting.userfiles import Cap, UserFileError, read_user_json
+
+
+def read_config(folder: str | Path) -> dict[str, Any] | None:
+    """The folder's config.json, or None when it is missing or not a JSON object.
+
+    A config.json that is a FIFO, a device, a folder or over Cap.CONFIG raises UserFileError naming it:
+    reading it would hang or exhaust memory, and SGLang would trip over it the same way."""
+    path = Path(folder) / "config.json"
+    try:
+        loaded = read_user_json(path, Cap.CONFIG, "config.json")
+    except UserFileError as exc:
+        if exc.problem in ("missing", "invalid", "unreadable"):
+            return None
+        raise
+    return loaded if isinstance(loaded, dict) else None
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model's fields under text_config."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, dict) else config
+
+
+def derived_context_length(config: dict[str, Any]) -> int:
+    """SGLang's get_context_length: the first length key found, times the rope factor where it applies."""
+    text = text_config(config)
+    rope = text.get("rope_scaling") or text.get("rope_parameters") or {}
+    factor = 1.0
+    if isinstance(rope, dict) and "original_max_position_embeddings" not in rope:
+        if rope.get("rope_type", rope.get("type")) != "llama3":
+            factor = float(rope.get("factor") or 1.0)
+    for key in rules.CONTEXT_LENGTH_KEYS:
+        value = text.get(key)
+        if isinstance(value, int | float) and value > 0:
+            return int(value * factor)
+    return rules.DEFAULT_CONTEXT_LENGTH
+
+
+def target_layer_count(config: dict[str, Any]) -> int | None:
+    layers = text_config(config).get("num_hidden_layers")
+    return int(layers) if isinstance(layers, int) else None
+
+
+def captured_aux_layers(target_config: dict[str, Any], draft_config: dict[str, Any]) -> list[int] | None:
+    """Target layers whose *input* SGLang captures for an EAGLE-3 draft (llama.py, layers_to_capture).
+
+    Explicit `eagle_config.eagle_aux_hidden_state_layer_ids` name layer outputs, hence the +1.
+    """
+    layers = target_layer_count(target_config)
+    if layers is None:
+        return None
+    eagle_config = draft_config.get("eagle_config")
+    explicit = (
+        eagle_config.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle_config, dict) else None
+    )
+    if isinstance(explicit, list) and all(isinstance(i, int) for i in explicit):
+        return [i + 1 for i in explicit]
+    return [2, layers // 2, layers - 3]
+
+
+def env_flag_set(env: dict[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")

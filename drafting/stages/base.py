@@ -1,0 +1,139 @@
+"""What every stage receives and may raise.
+
+A stage is a plain function `run(ctx, params) -> result`: no database, no Celery, no global settings.
+It prints its log (captured line by line by the process runner), and reports structured events
+(progress, metrics, artifacts) through `ctx`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+from drafting.userfiles import UserFileError
+
+
+class TerminationReason(StrEnum):
+    """Why a job ended the way it did (machine-readable, stable)."""
+
+    SUCCEEDED = "SUCCEEDED"
+    NONZERO_EXIT = "NONZERO_EXIT"
+    STAGE_ERROR = "STAGE_ERROR"
+    GPU_NOT_CLEAN = "GPU_NOT_CLEAN"
+    NO_GPU = "NO_GPU"
+    PREFLIGHT_FAILED = "PREFLIGHT_FAILED"
+    PATH_NOT_ALLOWED = "PATH_NOT_ALLOWED"
+    WORKER_LOST = "WORKER_LOST"
+    TIMEOUT = "TIMEOUT"
+    USER_CANCELLED = "USER_CANCELLED"
+    SERVER_DIED = "SERVER_DIED"
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+    DATA_MISMATCH = "DATA_MISMATCH"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    NAN_LOSS = "NAN_LOSS"
+    DISK_FULL = "DISK_FULL"
+    CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
+    LAUNCH_CHECK_FAILED = "LAUNCH_CHECK_FAILED"
+    RELEASE_GATE_FAILED = "RELEASE_GATE_FAILED"
+    BAD_INPUT = "BAD_INPUT"  # a user-given file eyas will not read: a FIFO, a device, a folder, too large
+
+
+class StageError(Exception):
+    """A failure the stage understands: it carries a reason and a message for the user."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: TerminationReason = TerminationReason.STAGE_ERROR,
+        details: dict[str, Any] | None = None,
+        exit_code: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.details = details or {}
+        self.exit_code = exit_code
+
+    @classmethod
+    def bad_input(cls, exc: UserFileError) -> StageError:
+        """A user-given path eyas refused to read (drafting/userfiles.py), as a failure naming the path."""
+        return cls(
+            str(exc),
+            reason=TerminationReason.BAD_INPUT,
+            details={"path": str(exc.path), "problem": exc.problem},
+        )
+
+
+class StageCancelled(Exception):
+    """Raised by ctx.check_cancelled() once cancel was requested."""
+
+
+class EventSink(Protocol):
+    """Receives a stage's structured events (the worker ships them to the database)."""
+
+    def emit(self, event: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class RecordingSink:
+    """Keeps events in memory: for calling stages directly (tests, the local CLI)."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def of_type(self, event_type: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == event_type]
+
+
+@dataclass
+class StageContext:
+    """Everything a stage may use from its surroundings."""
+
+    work_dir: Path
+    sink: EventSink = field(default_factory=RecordingSink)
+    gpus: Sequence[int] = ()
+    allowed_roots: Sequence[Path] = ()
+    cancel: threading.Event = field(default_factory=threading.Event)
+    job_id: str | None = None
+
+    def log(self, text: str, *, stream: str = "stdout") -> None:
+        out = sys.stderr if stream == "stderr" else sys.stdout
+        print(text, file=out, flush=True)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        self.sink.emit({"type": "progress", "fraction": max(0.0, min(1.0, fraction)), "message": message})
+
+    def metric(self, name: str, value: float, step: int) -> None:
+        self.sink.emit({"type": "metric", "name": name, "value": float(value), "step": int(step)})
+
+    def artifact(self, kind: str, path: str | Path, meta: dict[str, Any] | None = None) -> None:
+        self.sink.emit({"type": "artifact", "kind": kind, "path": str(path), "meta": meta or {}})
+
+    def check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise StageCancelled()
+
+    def cancel_requested(self) -> bool:
+        return self.cancel.is_set()
+
+    def check_path(self, path: str | Path) -> Path:
+        """Resolve a path and refuse it unless it lies under an allowed root (symlinks resolved)."""
+        resolved = Path(path).resolve()
+        if not self.allowed_roots:
+            return resolved
+        for root in self.allowed_roots:
+            if resolved == root.resolve() or resolved.is_relative_to(root.resolve()):
+                return resolved
+        raise StageError(
+            f"path {path} resolves to {resolved}, outside the host's allowed roots "
+            f"({', '.join(str(r) for r in self.allowed_roots)})",
+            reason=TerminationReason.PATH_NOT_ALLOWED,
+        )

@@ -1,0 +1,67 @@
+"""benchmark: acceptance and throughput of a ready server, or a depth sweep with a release gate.
+
+Single mode measures any URL speaking SGLang's API. Sweep mode launches a no-speculation baseline and then
+each depth (same launch code and checks as the launch stage), benchmarks each, stops each, and judges the
+drafter: deployable only when greedy outputs match the baseline's and the chosen depth is fast enough;
+otherwise it fails with RELEASE_GATE_FAILED after emitting the table, so `eyas wait` exits non-zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contract.params.benchmark import BenchmarkParams
+from drafting.serving.benchmarking import benchmark_server, load_options
+from drafting.serving.prompts import Prompt, load_prompts
+from drafting.serving.sweep import format_table, run_sweep
+from drafting.stages.base import StageContext, StageError, TerminationReason
+
+
+def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
+    prompts = _prompts(params)
+    if params.mode == "single":
+        assert params.url is not None
+        try:
+            measured = benchmark_server(
+                params.url,
+                prompts,
+                load_options(params),
+                warmup_requests=params.warmup_requests,
+                timing=params.timing,
+                log=ctx.log,
+            )
+        except RuntimeError as exc:
+            raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
+        ctx.log(f"result: {_headline(measured.summary)}")
+        return {"mode": "single", "url": params.url, **measured.as_dict()}
+    return _sweep(ctx, params, prompts)
+
+
+def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) -> dict[str, Any]:
+    result = run_sweep(ctx, params, prompts)
+    ctx.log("depth sweep:\n" + format_table(result["rows"]))
+    gate = result["gate"]
+    ctx.sink.emit({"type": "benchmark_table", "rows": result["rows"], "gate": gate})
+    if not gate["deployable"]:
+        ctx.log("release gate: NOT deployable: " + "; ".join(gate["reasons"]))
+        raise StageError(
+            "release gate failed: " + "; ".join(gate["reasons"]),
+            reason=TerminationReason.RELEASE_GATE_FAILED,
+            details={"mode": "sweep", **result},
+        )
+    ctx.log(f"release gate: deployable at depth {gate['chosen_depth']} (speedup {gate['speedup']})")
+    return {"mode": "sweep", **result}
+
+
+def _prompts(params: BenchmarkParams) -> list[Prompt]:
+    try:
+        return load_prompts(params.prompts, limit=params.max_prompts)
+    except (OSError, ValueError) as exc:
+        raise StageError(
+            f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH
+        ) from exc
+
+
+def _headline(summary: dict[str, Any]) -> str:
+    keys = ("accept_len", "output_tok_s", "request_throughput", "ttft_p50_ms", "itl_p50_ms", "timing")
+    return ", ".join(f"{k} {summary.get(k)}" for k in keys)

@@ -1,0 +1,24 @@
+"""doctor: would SGLang load every weight of this drafter, and run it as trained?"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contract.params.checkpoint import DoctorParams
+from drafting.checkpoint import diagnose
+from drafting.stages.base import StageContext, StageError, TerminationReason
+
+
+def run(ctx: StageContext, params: DoctorParams) -> dict[str, Any]:
+    draft = ctx.check_path(params.draft)
+    target = ctx.check_path(params.target) if params.target else None
+    report = diagnose(draft, target=target, algorithm=params.algorithm, sglang_version=params.sglang_version)
+    ctx.log(report.render_text())
+    ctx.progress(1.0, "checked")
+    if not report.ok:
+        raise StageError(
+            f"{len(report.errors)} error(s): " + ", ".join(sorted({f.code for f in report.errors})),
+            reason=TerminationReason.CHECKPOINT_INVALID,
+            details=report.to_dict(),
+        )
+    return report.to_dict()

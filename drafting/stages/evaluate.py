@@ -1,0 +1,62 @@
+"""eval: offline acceptance of a drafter against its target at several depths, before any server exists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from contract.params.evaluate import EvalParams
+from drafting.serving.evaluation import evaluate_acceptance
+from drafting.serving.models import DTYPES, load_models, pick_device
+from drafting.serving.prompts import load_prompts
+from drafting.stages.base import StageContext, StageError, TerminationReason
+
+
+def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
+    device = _device(ctx, params)
+    dtype_name = (
+        params.dtype if params.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
+    )
+    try:
+        prompts = load_prompts(params.prompts, limit=params.max_prompts)
+    except (OSError, ValueError) as exc:
+        raise StageError(
+            f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH
+        ) from exc
+    ctx.log(f"eval: {len(prompts)} prompts, depths {params.depths}, {device} {dtype_name}")
+    models = load_models(params.model, params.draft, device=device, dtype=DTYPES[dtype_name])
+
+    def progress(done: int, total: int) -> None:
+        ctx.check_cancelled()
+        ctx.progress(done / total, f"{done}/{total} prompts")
+
+    rows = evaluate_acceptance(
+        models,
+        prompts,
+        params.depths,
+        max_new_tokens=params.max_new_tokens,
+        ignore_eos=params.ignore_eos,
+        check_outputs=params.check_outputs,
+        progress=progress,
+    )
+    for row in rows:
+        ctx.metric("eval_accept_length", row["accept_length"] or 0.0, step=row["depth"])
+        ctx.log(_describe(row))
+    return {"prompts": len(prompts), "device": str(device), "dtype": dtype_name, "depths": rows}
+
+
+def _device(ctx: StageContext, params: EvalParams) -> torch.device:
+    """auto: the job's GPU when it holds one (the worker exposes only its lease), else the CPU."""
+    if params.device == "auto":
+        return pick_device("cuda" if ctx.gpus else "cpu")
+    return pick_device(params.device)
+
+
+def _describe(row: dict[str, Any]) -> str:
+    rates = ", ".join(f"{r:.2f}" for r in row["position_accept_rate"][:8])
+    more = ", …" if row["depth"] > 8 else ""
+    return (
+        f"depth {row['depth']}: accept length {row['accept_length']} (meta {row['accept_length_meta']}), "
+        f"per-position acceptance [{rates}{more}], outputs match: {row['outputs_match']}"
+    )

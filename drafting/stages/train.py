@@ -1,0 +1,349 @@
+"""train: an EAGLE-3 drafter from an extraction, with eyas's own TTT trainer (SGLang-native output).
+
+With several GPUs (or `ranks` on CPU) the stage runs itself as torchrun ranks (drafting/stages/_torchrun.py)
+and each rank trains under DDP on its share of the batches; rank 0 alone reports, saves checkpoints and the
+training state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from contract.params.train import TrainParams
+from drafting.ml import distributed
+from drafting.ml.distributed import Ranks
+from drafting.ml.drafter import Eagle3Drafter, save_drafter
+from drafting.ml.target_head import TargetHead, TargetWeightsError, load_target_head
+from drafting.ml.train_data import (
+    Extraction,
+    ExtractionMismatch,
+    HiddenStateDataset,
+    epoch_batches,
+    open_extraction,
+    split_indices,
+)
+from drafting.ml.train_loop import LoopPlan, run_training
+from drafting.ml.train_state import STATE_FILE, RunPosition, load_state, restore, save_state
+from drafting.ml.trainer import (
+    NonFiniteLoss,
+    OptimSettings,
+    StepOutOfMemory,
+    StopRequested,
+    Trainer,
+    make_optimizer,
+)
+from drafting.ml.vocab import d2t_offsets, draft_token_ids
+from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
+from drafting.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from drafting.userfiles import Cap, read_user_json_object
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+RUN_FILE = "run.json"
+# Batches are padded to a multiple of FlexAttention's block size on a GPU: fewer distinct shapes for the
+# compiled kernels (dynamo turns to dynamic shapes after the first few), no partial blocks.
+CUDA_PAD_MULTIPLE = 128
+# An H200 drafter step is ~0.1-0.2 s and compiling saves ~17 % of it (docs/benchmarks.md): from about this
+# many steps the ~40 s of compiling is paid back.
+COMPILE_MIN_STEPS = 2000
+# Params that define the run: resuming with any of them changed cannot continue it exactly.
+_RUN_DEFINING = (
+    "epochs", "ttt_steps", "step_decay", "batch_size", "max_len", "lr", "warmup_ratio", "warmup_steps",
+    "schedule", "weight_decay", "grad_clip", "draft_vocab_size", "init_lm_head", "val_fraction", "seed",
+    "dtype",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    data: Path
+    target: Path
+    output: Path
+    target_config: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+
+
+def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
+    world = world_size(ctx, params)
+    if world > 1 and not distributed.launched_by_torchrun():
+        return run_ranks(ctx, "train", params, world)
+    # A rank stays in the group after returning: stage_main leaves it once the result is sent (the result
+    # is tagged with the rank the group gives).
+    ranks = distributed.join(params.device)
+    try:
+        return _train(ctx, params, ranks)
+    except StopRequested:
+        raise StageCancelled() from None
+
+
+def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
+    ctx = quiet_unless_main(ctx, ranks)
+    inputs = _resolve(ctx, params, ranks)
+    extraction, head = _open_inputs(inputs)
+    fingerprint = {
+        "extraction": extraction.manifest["fingerprint"],
+        **{name: getattr(params, name) for name in _RUN_DEFINING},
+        "ranks": ranks.world,
+    }
+    state = _previous_run(params, inputs.output, fingerprint)
+    drafter = _build_drafter(params, inputs, extraction, head, state)
+    train_rows, val_rows = split_indices(len(extraction.seq_lens), params.val_fraction, params.seed)
+    if not train_rows:
+        raise StageError(
+            "no training samples left after the validation split", reason=TerminationReason.DATA_MISMATCH
+        )
+    plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks)
+    settings = OptimSettings(
+        lr=params.lr,
+        warmup_steps=params.warmup_steps
+        if params.warmup_steps is not None
+        else round(params.warmup_ratio * plan.total_steps),
+        total_steps=plan.total_steps,
+        schedule=params.schedule,
+        weight_decay=params.weight_decay,
+        grad_clip=params.grad_clip,
+    )
+    optimizer, scheduler = make_optimizer(drafter, settings, inputs.device)
+    position = (
+        restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
+    )
+    if state:
+        ctx.log(f"resuming at epoch {position.epoch + 1}, step {position.global_step}")
+    trainer = Trainer(
+        drafter,
+        head.to(inputs.device, inputs.dtype),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        settings=settings,
+        ttt_steps=params.ttt_steps,
+        step_decay=params.step_decay,
+        attention=params.attention,
+        compute_dtype=inputs.dtype,
+        device=inputs.device,
+        ranks=ranks,
+        compile_drafter=_compiles(params, inputs.device, plan.total_steps),
+    )
+
+    def save_position(at: RunPosition) -> None:
+        if not ranks.is_main:
+            return
+        save_state(
+            inputs.output,
+            drafter=drafter,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            position=at,
+            fingerprint=fingerprint,
+        )
+
+    def save_epoch(epoch: int, summary: dict[str, float]) -> Path:
+        folder = inputs.output / f"epoch_{epoch + 1}"
+        if not ranks.is_main:
+            return folder
+        save_drafter(drafter, folder, target_config=inputs.target_config)
+        ctx.artifact("drafter", folder, {"epoch": epoch + 1, "global_step": position.global_step, **summary})
+        _record_epoch(inputs.output, params, summary)
+        return folder
+
+    try:
+        run_training(trainer, plan, position, ctx, save_state=save_position, save_epoch=save_epoch)
+    except NonFiniteLoss as exc:
+        raise StageError(
+            f"{exc}: lower lr, or check the extraction for non-finite states",
+            reason=TerminationReason.NAN_LOSS,
+            details={"step": exc.step},
+        ) from None
+    except StepOutOfMemory as exc:
+        raise StageError(
+            f"{exc}: lower batch_size or max_len",
+            reason=TerminationReason.OUT_OF_MEMORY,
+            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len},
+        ) from None
+    if not ranks.is_main:
+        return {"rank": ranks.rank}
+    return _result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
+
+
+def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
+    target = ctx.check_path(params.target)
+    config_path = target / "config.json"
+    if not config_path.exists():
+        raise StageError(f"{target} has no config.json (expected a HF model folder)")
+    if params.device == "cuda" and not torch.cuda.is_available():
+        raise StageError("device is cuda but no CUDA device is visible", reason=TerminationReason.NO_GPU)
+    output = ctx.check_path(params.output)
+    output.mkdir(parents=True, exist_ok=True)
+    return _Inputs(
+        data=ctx.check_path(params.data),
+        target=target,
+        output=output,
+        target_config=read_user_json_object(config_path, Cap.CONFIG, "target config.json"),
+        device=torch.device("cuda", ranks.local_rank) if params.device == "cuda" else torch.device("cpu"),
+        dtype=DTYPES[params.dtype],
+    )
+
+
+def _open_inputs(inputs: _Inputs) -> tuple[Extraction, TargetHead]:
+    try:
+        return open_extraction(inputs.data, inputs.target_config), load_target_head(
+            inputs.target, inputs.target_config
+        )
+    except (ExtractionMismatch, TargetWeightsError) as exc:
+        raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
+
+
+def _previous_run(params: TrainParams, output: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state to resume from, after checking it belongs to this run."""
+    used = (output / STATE_FILE).exists() or any(output.glob("epoch_*"))
+    if not params.resume:
+        if used:
+            raise StageError(f"{output} already holds a training run: set resume, or choose a new output")
+        return None
+    state = load_state(output)
+    if state is None:
+        if used:
+            raise StageError(
+                f"{output} has checkpoints but no {STATE_FILE} to resume from: choose a new output"
+            )
+        return None
+    if state["fingerprint"] != fingerprint:
+        changed = sorted(k for k in fingerprint if state["fingerprint"].get(k) != fingerprint[k])
+        raise StageError(
+            f"{output} holds a run with other settings ({', '.join(changed)}): it cannot continue exactly; "
+            "choose a new output",
+            reason=TerminationReason.DATA_MISMATCH,
+            details={"changed": changed},
+        )
+    return state
+
+
+def _build_drafter(
+    params: TrainParams,
+    inputs: _Inputs,
+    extraction: Extraction,
+    head: TargetHead,
+    state: dict[str, Any] | None,
+) -> Eagle3Drafter:
+    """The drafter on the training device: fresh (vocab from token frequencies), or as saved (same vocab:
+    rebuilding d2t on resume would silently misalign lm_head rows)."""
+    torch.manual_seed(params.seed)  # the same seed gives the same initial drafter, run after run
+    try:
+        drafter = Eagle3Drafter.from_target_config(
+            inputs.target_config,
+            draft_vocab_size=params.draft_vocab_size,
+            aux_layer_ids=extraction.aux_layers,
+        )
+    except ValueError as exc:
+        raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
+    drafter.set_target_embeddings(head.embed.float())
+    if state is None:
+        vocab = int(drafter.config["vocab_size"])
+        draft_ids = draft_token_ids(extraction.token_freq, params.draft_vocab_size, vocab)
+        drafter.set_vocab_mapping(d2t_offsets(draft_ids))
+        if params.init_lm_head == "target":
+            with torch.no_grad():
+                drafter.lm_head.weight.copy_(head.lm_head[draft_ids].float())
+    drafter.to(inputs.device)
+    drafter.embed_tokens.to(inputs.dtype)  # frozen: no float32 master copy needed
+    return drafter
+
+
+def _compiles(params: TrainParams, device: torch.device, total_steps: int) -> bool:
+    """torch.compile pays back its ~40 s (and a recompile per padded length) only over a long run: a short
+    one (a demo, a smoke test) trains sooner eagerly."""
+    if params.compile is not None:
+        return params.compile
+    return device.type == "cuda" and total_steps >= COMPILE_MIN_STEPS
+
+
+def _loop_plan(
+    params: TrainParams,
+    inputs: _Inputs,
+    extraction: Extraction,
+    train_rows: list[int],
+    val_rows: list[int],
+    ranks: Ranks,
+) -> LoopPlan:
+    batches = epoch_batches(
+        train_rows,
+        extraction.seq_lens,
+        batch_size=params.batch_size,
+        epoch=0,
+        seed=params.seed,
+        rank=ranks.rank,
+        world=ranks.world,
+    )
+    if not batches:
+        raise StageError(
+            f"{len(train_rows)} training samples make no full batch of {params.batch_size} for each of "
+            f"{ranks.world} ranks",
+            reason=TerminationReason.DATA_MISMATCH,
+        )
+    return LoopPlan(
+        dataset=HiddenStateDataset(extraction, params.max_len),
+        train_rows=train_rows,
+        val_rows=val_rows,
+        seq_lens=extraction.seq_lens,
+        epochs=params.epochs,
+        batch_size=params.batch_size,
+        seed=params.seed,
+        log_every=params.log_every,
+        max_steps=params.max_steps,
+        state_every_s=params.state_every_s,
+        loader_workers=params.loader_workers,
+        pad_multiple=CUDA_PAD_MULTIPLE if inputs.device.type == "cuda" else 1,
+        total_steps=params.epochs * len(batches),
+    )
+
+
+def _record_epoch(output: Path, params: TrainParams, summary: dict[str, float]) -> None:
+    path = output / RUN_FILE
+    record = _read_run(output) or {"params": params.model_dump(), "epochs": []}
+    epochs: list[dict[str, float]] = record["epochs"]
+    record["epochs"] = [e for e in epochs if e.get("epoch") != summary["epoch"]] + [summary]
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _read_run(output: Path) -> dict[str, Any] | None:
+    path = output / RUN_FILE
+    return read_user_json_object(path, Cap.CONFIG, RUN_FILE) if os.path.lexists(path) else None
+
+
+def _result(
+    ctx: StageContext,
+    output: Path,
+    position: RunPosition,
+    params: TrainParams,
+    drafter: Eagle3Drafter,
+    *,
+    total_steps: int,
+) -> dict[str, Any]:
+    last = output / f"epoch_{position.epoch}" if position.epoch else None
+    record = _read_run(output) or {"epochs": []}
+    completed = position.epoch >= params.epochs
+    # A max_steps stop ends the job but not the planned run: its progress is the share of planned steps done,
+    # so a dashboard does not show a partial run as complete (resuming with a larger max_steps continues it).
+    stopped = (
+        f"stopped at max_steps={params.max_steps}: {position.global_step} of {total_steps} planned steps"
+    )
+    ctx.progress(
+        1.0 if completed else min(1.0, position.global_step / max(1, total_steps)),
+        "done" if completed else stopped,
+    )
+    return {
+        "completed": completed,
+        "total_steps": total_steps,
+        "output": str(output),
+        "checkpoint": str(last) if last else None,
+        "epochs_done": position.epoch,
+        "global_step": position.global_step,
+        "draft_vocab_size": params.draft_vocab_size,
+        "aux_layers": drafter.aux_layers,
+        "epochs": record["epochs"],
+    }

@@ -26,10 +26,11 @@ from app.jobs.lifecycle import ClaimedJob, Outcome
 from app.jobs.states import JobState
 from app.logs import repository as logs_repo
 from app.servers import service as servers
-from contract.params import STAGE_SPECS
+from contract.reasons import TerminationReason
+from contract.stages import STAGES
 from drafting import proc
 from drafting.hostinfo import gate
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 from workers.events import EventPump
 from workers.logship import LogShipper
 
@@ -277,7 +278,7 @@ def _outcome(result: proc.CommandResult, pump: EventPump, job: ClaimedJob, beat:
 
 
 def _host_paths(job: ClaimedJob) -> list[str]:
-    return STAGE_SPECS[job.kind].params_model().model_validate(job.params).host_paths()
+    return STAGES[job.kind].parse(job.params).host_paths()
 
 
 def _child_argv(

@@ -22,10 +22,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from contract.params import STAGE_SPECS
 from contract.params.common import StageParams
+from contract.reasons import TerminationReason
+from contract.stages import STAGES
 from drafting.stages import load_stage
-from drafting.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from drafting.stages.base import StageCancelled, StageContext, StageError
 from drafting.userfiles import Cap, UserFileError, read_user_json
 
 EXIT_CANCELLED = 130
@@ -78,7 +79,7 @@ class RankSink:
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="workers.stage_main")
-    parser.add_argument("--kind", required=True, choices=sorted(STAGE_SPECS))
+    parser.add_argument("--kind", required=True, choices=sorted(STAGES))
     parser.add_argument("--params-file", required=True, type=Path)
     events = parser.add_mutually_exclusive_group(required=True)
     events.add_argument("--event-fd", type=int)
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _load_params(kind: str, params_file: Path) -> StageParams:
     raw = read_user_json(params_file, Cap.SPEC, "params file")
-    params: StageParams = STAGE_SPECS[kind].params_model().model_validate(raw)
+    params: StageParams = STAGES[kind].parse(raw)
     return params
 
 

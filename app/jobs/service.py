@@ -24,8 +24,8 @@ from app.jobs.schemas import JobCreate
 from app.jobs.states import TERMINAL, JobState, transition
 from app.models.base import utcnow
 from app.models.job import Job, JobEvent
-from contract.params import STAGE_SPECS, available_kinds
 from contract.params.common import StageParams
+from contract.stages import STAGES
 
 
 def submit_job(
@@ -69,14 +69,14 @@ def submit_job(
 
 
 def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
-    if kind not in STAGE_SPECS or kind not in available_kinds():
+    if kind not in STAGES:
         raise AppError(
             ErrorCode.UNKNOWN_KIND,
-            f"unknown job kind {kind!r}; known kinds: {', '.join(available_kinds())}",
+            f"unknown job kind {kind!r}; known kinds: {', '.join(STAGES)}",
             errors=[{"field": "kind", "message": "unknown kind"}],
         )
     try:
-        return STAGE_SPECS[kind].params_model().model_validate(raw)
+        return STAGES[kind].parse(raw)
     except ValidationError as exc:
         errors = [
             {

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.params.launch import LaunchParams
+from contract.reasons import TerminationReason
 from drafting.serving.checks import prepare_launch
 from drafting.serving.render import HostFacts, RenderedLaunch
 from drafting.serving.server_process import ServerDied, ServerNotReady, ServerProcess
 from drafting.serving.sglang_parser import installed_sglang_version
-from drafting.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from drafting.stages.base import StageCancelled, StageContext, StageError
 
 ENV_PROGRAM = "/usr/bin/env"
 _QUOTED_LINES = 40

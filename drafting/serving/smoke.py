@@ -27,12 +27,13 @@ from typing import Any
 import httpx
 
 from contract.params.launch import LaunchParams
+from contract.reasons import TerminationReason
 from drafting.serving.checks import prepare_launch
 from drafting.serving.divergence import Divergence, TargetScorer, classify
 from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, launched_server
 from drafting.serving.model_configs import read_config
 from drafting.serving.server_process import ServerDied
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 MIN_ACCEPT_LENGTH = 1.05
 _DEATH_WAIT_S = 15.0

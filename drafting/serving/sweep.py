@@ -9,12 +9,13 @@ from typing import Any
 
 from contract.params.benchmark import BenchmarkParams
 from contract.params.launch import LaunchParams
+from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import BenchmarkRun, benchmark_server, load_options
 from drafting.serving.lifecycle import checked_launch, launched_server
 from drafting.serving.load_client import RequestRecord
 from drafting.serving.prompts import Prompt
 from drafting.serving.smoke import SmokeOptions, SweepSmoke
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 GPU_RELEASE_TIMEOUT_S = 30.0
 TABLE_FIELDS = (

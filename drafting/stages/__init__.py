@@ -1,4 +1,4 @@
-"""Stage registry: kind -> module with `run(ctx, params)`. Modules are imported only when a job runs."""
+"""One thin module per stage: `run(ctx, params) -> result`; `contract.stages.STAGES` names each module."""
 
 from __future__ import annotations
 
@@ -6,24 +6,13 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from contract.stages import STAGES
 from drafting.stages.base import StageContext
-
-STAGE_MODULES: dict[str, str] = {
-    "selftest": "drafting.stages.selftest",
-    "gpu_check": "drafting.stages.gpu_check",
-    "fix_keys": "drafting.stages.fix_keys",
-    "doctor": "drafting.stages.doctor",
-    "extract": "drafting.stages.extract",
-    "train": "drafting.stages.train",
-    "launch": "drafting.stages.launch",
-    "benchmark": "drafting.stages.benchmark",
-    "eval": "drafting.stages.evaluate",
-}
 
 StageFn = Callable[[StageContext, Any], Any]
 
 
 def load_stage(kind: str) -> StageFn:
-    module = importlib.import_module(STAGE_MODULES[kind])
-    run: StageFn = module.run
+    """The stage's `run`, imported now (stage modules pull in torch; only the stage process loads them)."""
+    run: StageFn = importlib.import_module(STAGES[kind].module).run
     return run

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from contract.params.benchmark import BenchmarkParams
+from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
 from drafting.serving.prompts import Prompt, load_prompts
 from drafting.serving.sweep import format_table, run_sweep
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from contract.params.checkpoint import DoctorParams
+from contract.reasons import TerminationReason
 from drafting.checkpoint import diagnose
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 
 def run(ctx: StageContext, params: DoctorParams) -> dict[str, Any]:

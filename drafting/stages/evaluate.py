@@ -7,10 +7,11 @@ from typing import Any
 import torch
 
 from contract.params.evaluate import EvalParams
+from contract.reasons import TerminationReason
 from drafting.serving.evaluation import evaluate_acceptance
 from drafting.serving.models import DTYPES, load_models, pick_device
 from drafting.serving.prompts import load_prompts
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 
 def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from contract.params.extract import ExtractParams
+from contract.reasons import TerminationReason
 from drafting.ml import distributed, hidden_store
 from drafting.ml._config import check_aux_layers, default_aux_layers, text_config
 from drafting.ml._dataset import (
@@ -43,7 +44,7 @@ from drafting.ml.extraction import (
     required_bytes,
 )
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 from drafting.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from contract.params.checkpoint import FixKeysParams
+from contract.reasons import TerminationReason
 from drafting.checkpoint import CheckpointError, fix_checkpoint
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 _PROGRESS_STEP = 0.02  # report at most every 2 % of the bytes
 

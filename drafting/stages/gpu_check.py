@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 from contract.params.gpu_check import GpuCheckParams
+from contract.reasons import TerminationReason
 from drafting.hostinfo import gate
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from drafting.stages.base import StageContext, StageError
 
 
 def run(ctx: StageContext, params: GpuCheckParams) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.params.selftest import SelftestParams
-from drafting.stages.base import StageContext, StageError, TerminationReason
+from contract.reasons import TerminationReason
+from drafting.stages.base import StageContext, StageError
 from drafting.userfiles import append_user_text
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from contract.params.train import TrainParams
+from contract.reasons import TerminationReason
 from drafting.ml import distributed
 from drafting.ml.distributed import Ranks
 from drafting.ml.drafter import Eagle3Drafter, save_drafter
@@ -40,7 +41,7 @@ from drafting.ml.trainer import (
 )
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
-from drafting.stages.base import StageCancelled, StageContext, StageError, TerminationReason
+from drafting.stages.base import StageCancelled, StageContext, StageError
 from drafting.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from contract.params import parse_params
 from contract.params.checkpoint import DoctorParams, FixKeysParams
+from contract.reasons import TerminationReason
+from contract.stages import parse_params
 from drafting.stages import doctor, fix_keys, load_stage
-from drafting.stages.base import RecordingSink, StageContext, StageError, TerminationReason
+from drafting.stages.base import RecordingSink, StageContext, StageError
 
 
 def _context(tmp_path: Path, *roots: Path) -> tuple[StageContext, RecordingSink]:

@@ -12,8 +12,9 @@ import psutil
 import pytest
 
 from contract.params.launch import LaunchParams
+from contract.reasons import TerminationReason
 from drafting.stages import launch as launch_stage
-from drafting.stages.base import StageCancelled, StageError, TerminationReason
+from drafting.stages.base import StageCancelled, StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, start_stage
 from tests.serving.serving_tiny_models import TinyPair

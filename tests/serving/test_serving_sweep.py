@@ -10,9 +10,10 @@ import psutil
 import pytest
 
 from contract.params.benchmark import BenchmarkParams
+from contract.reasons import TerminationReason
 from drafting.serving.sweep import format_table, release_gate
 from drafting.stages import benchmark as benchmark_stage
-from drafting.stages.base import StageError, TerminationReason
+from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
 from tests.serving.serving_tiny_models import TinyPair

@@ -17,13 +17,14 @@ import pytest
 import torch
 
 from contract.params.benchmark import BenchmarkParams
+from contract.reasons import TerminationReason
 from drafting.ml.demo_assets import successor_target
 from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
 from drafting.serving.decoding import DecodeLimits, greedy_decode
 from drafting.serving.smoke import smoke_prompts
 from drafting.serving.smoke_local import SmokeRequest, run_local_smoke
 from drafting.stages import benchmark as benchmark_stage
-from drafting.stages.base import StageError, TerminationReason
+from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
 from tests.serving.serving_tiny_models import fit_drafter

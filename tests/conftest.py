@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -28,6 +27,7 @@ from app.main import create_app
 from app.tokens import service as tokens
 from cli.local import db_upgrade
 from drafting import proc
+from drafting.serving.host_checks import free_port  # noqa: F401 - the tests' one free port (SGLang-safe)
 
 PG_ADMIN_URL = os.environ.get("EYAS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("EYAS_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -219,13 +219,6 @@ def serving(argv: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
         yield url
     finally:
         proc.terminate_group(popen.pid, grace_s=5, popen=popen)
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (the OS picks it), for a server a test starts."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

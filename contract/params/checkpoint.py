@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from contract.params.common import HostPath, StageParams
 
-# Mirrors drafting.checkpoint.rules.parse_version (kept here so the API need not import the worker side).
+# What an SGLang version may look like; drafting.sglang_facts.parse_version reads it with this pattern.
 SGLANG_VERSION_PATTERN = r"^v?\d+\.\d+\.\d+(\.?(post|rc|dev)\d*)?$"
 DEFAULT_SGLANG_VERSION = "0.5.14"
 

@@ -6,15 +6,15 @@ from collections.abc import Iterator
 
 from drafting.checkpoint.layout import aux_layer_ids
 from drafting.checkpoint.report import Finding, Severity
-from drafting.checkpoint.rules import (
+from drafting.checkpoint.target import effective_rope
+from drafting.checkpoint.view import DraftView, is_speculators_config
+from drafting.sglang_facts import (
     DRAFT_ARCHITECTURE,
     NORM_BEFORE_RESIDUAL,
     RULES,
     TARGETS_WITH_OWN_ID_RULES,
     format_version,
 )
-from drafting.checkpoint.target import effective_rope
-from drafting.checkpoint.view import DraftView, is_speculators_config
 
 FIX_KEYS = "run `eyas fix-keys SRC DST --target TARGET`"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - reads like the report

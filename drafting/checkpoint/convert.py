@@ -10,11 +10,11 @@ from drafting.checkpoint.dtypes import DTYPE_KEYS, dtype_for_config
 from drafting.checkpoint.errors import CheckpointError
 from drafting.checkpoint.layout import aux_layer_ids
 from drafting.checkpoint.report import TensorMove
-from drafting.checkpoint.rules import DRAFT_ARCHITECTURE, UNUSED_BY_SGLANG
 from drafting.checkpoint.safetensors_io import TensorEntry
-from drafting.checkpoint.target import ROPE_KEYS, TargetModel, context_length
+from drafting.checkpoint.target import ROPE_KEYS, TargetModel
 from drafting.checkpoint.tensor_checks import strip_trainer_prefixes
 from drafting.checkpoint.view import SPECULATORS_LAYER_CONFIG, is_speculators_config
+from drafting.sglang_facts import DRAFT_ARCHITECTURE, UNUSED_BY_SGLANG, context_length
 
 # speculators-only keys with no meaning to SGLang.
 _SPECULATORS_ONLY = (

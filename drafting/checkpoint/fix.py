@@ -17,7 +17,6 @@ from drafting.checkpoint.convert import build_sglang_config, plan_tensors
 from drafting.checkpoint.doctor import DEFAULT_SGLANG_VERSION, diagnose, run_checks
 from drafting.checkpoint.errors import PickleWeightsError
 from drafting.checkpoint.report import DoctorReport, FixReport
-from drafting.checkpoint.rules import format_version, parse_version, rules_for
 from drafting.checkpoint.safetensors_io import (
     FileRange,
     OutputTensor,
@@ -29,6 +28,7 @@ from drafting.checkpoint.safetensors_io import (
 from drafting.checkpoint.source import INDEX_NAME, DraftCheckpoint, open_checkpoint
 from drafting.checkpoint.target import TargetModel, load_target
 from drafting.checkpoint.view import DraftView
+from drafting.sglang_facts import format_version, parse_version, rules_for
 
 ProgressCallback = Callable[[int, int, str], None]
 """(bytes done, bytes total, tensor just written); may raise to abort (the workspace is removed)."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drafting.checkpoint.rules import DEFAULT_NUM_AUX, FC_NORM, NORM_BEFORE_FC, SGLangRules
+from drafting.sglang_facts import DEFAULT_NUM_AUX, FC_NORM, NORM_BEFORE_FC, SGLangRules
 
 # load_weights fuses these into one parameter: (fused name, checkpoint part, shard id).
 STACKED_PARTS = (

@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from drafting.checkpoint.target import context_length as eyas_context_length
+from drafting.sglang_facts import context_length as eyas_context_length
 
 # The dtype names SGLang maps (its _STR_DTYPE_TO_TORCH_DTYPE); any other string counts as no dtype.
 _SGLANG_DTYPE_NAMES = {

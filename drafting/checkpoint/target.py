@@ -8,17 +8,9 @@ from typing import Any
 
 from drafting.checkpoint.errors import CheckpointError
 from drafting.checkpoint.source import read_json
+from drafting.sglang_facts import context_length, rope_scaling
 
-# Keys SGLang's get_context_length tries in this order (sglang utils/hf_transformers/common.py).
-CONTEXT_LENGTH_KEYS = (
-    "max_sequence_length",
-    "seq_length",
-    "max_seq_len",
-    "model_max_length",
-    "max_position_embeddings",
-)
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
-SGLANG_DEFAULT_CONTEXT = 2048
 
 
 @dataclass(frozen=True)
@@ -80,28 +72,6 @@ def _serving_config(config: dict[str, Any], text: dict[str, Any]) -> dict[str, A
         return dict(text)
     inherited = config.get("dtype") or config.get("torch_dtype")
     return {**text, "dtype": inherited} if inherited else dict(text)
-
-
-def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
-    """The scaling dict SGLang reads: `rope_scaling`, else transformers 5's `rope_parameters`."""
-    for key in ("rope_scaling", "rope_parameters"):
-        value = config.get(key)
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-def context_length(config: dict[str, Any]) -> int:
-    """SGLang's derived context length: first length key times the rope factor (when it applies)."""
-    scaling = rope_scaling(config) or {}
-    factor = scaling.get("factor", 1) or 1
-    if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
-        factor = 1
-    for key in CONTEXT_LENGTH_KEYS:
-        value = config.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return int(factor * value)
-    return SGLANG_DEFAULT_CONTEXT
 
 
 def effective_rope(config: dict[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,9 @@ import numpy as np
 
 from drafting.checkpoint.layout import STACKED_PARTS, resolve_name
 from drafting.checkpoint.report import Finding, Severity
-from drafting.checkpoint.rules import DRAFT_WEIGHT_ROOTS, TRAINER_PREFIXES, UNUSED_BY_SGLANG
 from drafting.checkpoint.safetensors_io import FLOAT_DTYPES, INTEGER_DTYPES, read_bytes
 from drafting.checkpoint.view import DraftView
+from drafting.sglang_facts import DRAFT_WEIGHT_ROOTS, TRAINER_PREFIXES, UNUSED_BY_SGLANG
 
 FIX_KEYS = "run `eyas fix-keys SRC DST --target TARGET`"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - reads like the report

@@ -16,10 +16,10 @@ from drafting.checkpoint.layout import (
     expected_parameters,
     resolve_name,
 )
-from drafting.checkpoint.rules import SGLangRules
 from drafting.checkpoint.safetensors_io import TensorEntry
 from drafting.checkpoint.sglang_reading import SGLangReading, read_as_sglang
 from drafting.checkpoint.target import TargetModel
+from drafting.sglang_facts import SGLangRules
 
 SPECULATORS_LAYER_CONFIG = "transformer_layer_config"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.params.launch import LaunchParams, extra_arg_paths
-from drafting.serving import sglang_rules as rules
+from drafting import sglang_facts as rules
 from drafting.serving.doctor_bridge import run_draft_doctor
 from drafting.serving.findings import Finding, error, info
 from drafting.serving.host_checks import (

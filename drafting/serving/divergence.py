@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from drafting.userfiles import check_model_folder
+
 NEAR_TIE_MIN_LOGITS = 0.5
 NEAR_TIE_RELATIVE = 2.0**-5  # 8 units of bf16's relative precision 2^-8
 
@@ -85,6 +87,7 @@ class TargetScorer:
         device = self._device(torch)
         dtype = torch.float32 if _fits_in_float32(Path(self.model_path), device) else torch.bfloat16
         try:
+            check_model_folder(self.model_path, "target folder")  # a FIFO or device would hang transformers
             model: Any = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
             self._model = model.to(device).eval()
         except (OSError, RuntimeError, ValueError) as exc:

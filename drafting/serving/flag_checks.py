@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from contract.params.launch import exiting_flag_problem, extra_arg_paths, path_problem
-from drafting.serving import sglang_rules as rules
+from drafting import sglang_facts as rules
 from drafting.serving.findings import Finding, error, info, warning
 from drafting.serving.sglang_parser import canonical_flags, parse_with_sglang
 

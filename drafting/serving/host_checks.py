@@ -5,11 +5,12 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import random
 import shutil
 import socket
 from pathlib import Path
 
-from drafting.serving import sglang_rules as rules
+from drafting import sglang_facts as rules
 from drafting.serving.findings import Finding, error, info, warning
 
 
@@ -39,6 +40,20 @@ def check_grpc_port(port: int, version: str, env: dict[str, str]) -> Finding | N
         f"{port + rules.GRPC_PORT_OFFSET} and refuses to start above {rules.HIGHEST_PORT}"
     )
     return error("PORT_TOO_HIGH", message, f"use a port <= {limit}, or set env {rules.GRPC_PORT_ENV}")
+
+
+def free_port() -> int:
+    """A free local port SGLang accepts (<= 55535, see grpc_port_limit): the kernel's ephemeral range
+    reaches 60999, past SGLang 0.5.14's limit, so the OS cannot be left to choose."""
+    highest = rules.HIGHEST_PORT - rules.GRPC_PORT_OFFSET
+    for candidate in random.Random().sample(range(20000, highest + 1), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    raise RuntimeError(f"no free port between 20000 and {highest}")
 
 
 def check_port_free(host: str, port: int) -> Finding | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from drafting.serving import sglang_rules as rules
+from drafting import sglang_facts as rules
 from drafting.userfiles import Cap, UserFileError, read_user_json
 
 
@@ -31,18 +31,8 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def derived_context_length(config: dict[str, Any]) -> int:
-    """SGLang's get_context_length: the first length key found, times the rope factor where it applies."""
-    text = text_config(config)
-    rope = text.get("rope_scaling") or text.get("rope_parameters") or {}
-    factor = 1.0
-    if isinstance(rope, dict) and "original_max_position_embeddings" not in rope:
-        if rope.get("rope_type", rope.get("type")) != "llama3":
-            factor = float(rope.get("factor") or 1.0)
-    for key in rules.CONTEXT_LENGTH_KEYS:
-        value = text.get(key)
-        if isinstance(value, int | float) and value > 0:
-            return int(value * factor)
-    return rules.DEFAULT_CONTEXT_LENGTH
+    """SGLang's get_context_length over the language model's part of `config`."""
+    return rules.context_length(text_config(config))
 
 
 def target_layer_count(config: dict[str, Any]) -> int | None:

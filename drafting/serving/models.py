@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from drafting.ml.drafter import Eagle3Drafter, load_drafter
+from drafting.userfiles import check_model_folder
 
 DTYPES = {
     "float32": torch.float32,
@@ -39,6 +40,9 @@ def pick_device(name: str) -> torch.device:
 def load_models(model: str, draft: str | None, *, device: torch.device, dtype: torch.dtype) -> LoadedModels:
     from transformers import AutoModelForCausalLM
 
+    check_model_folder(model, "target folder")  # transformers would block on a FIFO, read /dev/zero forever
+    if draft is not None:
+        check_model_folder(draft, "draft folder")
     target: Any = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
     target = target.to(device).eval()
     drafter = None

@@ -26,7 +26,7 @@ from typing import Any
 from drafting.serving._engine_stats import DecodeBatchLog, SpecCounters
 from drafting.serving.decoding import DecodeLimits, DecodeResult, greedy_decode, speculative_decode
 from drafting.serving.models import DTYPES, LoadedModels, load_models, pick_device
-from drafting.serving.sglang_rules import READY_LINE
+from drafting.sglang_facts import READY_LINE
 
 ENGINE_NAME = "eyas-reference-engine"
 log = logging.getLogger("eyas.reference_engine")

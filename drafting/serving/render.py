@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.params.launch import LaunchParams
-from drafting.serving import sglang_rules as rules
+from drafting import sglang_facts as rules
 from drafting.serving.findings import Finding, Severity, error, errors_in, info, warning
 from drafting.serving.flag_checks import check_extra_args, check_with_sglang_parser
 from drafting.serving.sglang_parser import sglang_parser

@@ -7,7 +7,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from drafting.serving import sglang_rules as rules
+from drafting import sglang_facts as rules
 
 _CONTEXT_BEFORE = 3
 _CONTEXT_AFTER = 40

@@ -34,6 +34,7 @@ from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, l
 from drafting.serving.model_configs import read_config
 from drafting.serving.server_process import ServerDied
 from drafting.stages.base import StageContext, StageError
+from drafting.userfiles import check_model_folder
 
 MIN_ACCEPT_LENGTH = 1.05
 _DEATH_WAIT_S = 15.0
@@ -131,6 +132,9 @@ def smoke_prompts(model: str | Path, count: int) -> list[list[int]]:
     ):
         from transformers import AutoTokenizer
 
+        check_model_folder(
+            folder, "target folder"
+        )  # a FIFO or device among its files would hang transformers
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         encoded = [list(tokenizer.encode(PROMPT_TEXTS[i % len(PROMPT_TEXTS)])) for i in range(count)]
         if all(encoded):

@@ -6,8 +6,6 @@ port and the visible GPUs, and runs drafting.serving.smoke.run_smoke.
 
 from __future__ import annotations
 
-import random
-import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -16,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.params.launch import LaunchParams
-from drafting.serving import sglang_rules as rules
+from drafting.serving.host_checks import free_port
 from drafting.serving.smoke import SmokeOptions, SmokeReport, run_smoke
 from drafting.stages.base import StageContext
 
@@ -52,19 +50,6 @@ class StderrContext(StageContext):
         if self.echo:
             sys.stderr.write(text + "\n")
             sys.stderr.flush()
-
-
-def free_port() -> int:
-    """A free port SGLang accepts: the kernel's ephemeral range reaches 60999, above SGLang 0.5.14's limit."""
-    highest = rules.HIGHEST_PORT - rules.GRPC_PORT_OFFSET
-    for candidate in random.Random().sample(range(20000, highest + 1), 200):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            return candidate
-    raise RuntimeError(f"no free port between 20000 and {highest}")
 
 
 def visible_gpus() -> list[int]:

@@ -16,6 +16,7 @@ from drafting.serving.benchmarking import benchmark_server, load_options
 from drafting.serving.prompts import Prompt, load_prompts
 from drafting.serving.sweep import format_table, run_sweep
 from drafting.stages.base import StageContext, StageError
+from drafting.userfiles import UserFileError
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
@@ -57,6 +58,8 @@ def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) ->
 def _prompts(params: BenchmarkParams) -> list[Prompt]:
     try:
         return load_prompts(params.prompts, limit=params.max_prompts)
+    except UserFileError as exc:  # a FIFO, a device, too large: the user's path
+        raise StageError.bad_input(exc) from exc
     except (OSError, ValueError) as exc:
         raise StageError(
             f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH

@@ -12,6 +12,7 @@ from drafting.serving.evaluation import evaluate_acceptance
 from drafting.serving.models import DTYPES, load_models, pick_device
 from drafting.serving.prompts import load_prompts
 from drafting.stages.base import StageContext, StageError
+from drafting.userfiles import UserFileError
 
 
 def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
@@ -21,6 +22,8 @@ def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
     )
     try:
         prompts = load_prompts(params.prompts, limit=params.max_prompts)
+    except UserFileError as exc:  # a FIFO, a device, too large: the user's path
+        raise StageError.bad_input(exc) from exc
     except (OSError, ValueError) as exc:
         raise StageError(
             f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from drafting.checkpoint import Severity, diagnose
-from drafting.checkpoint.rules import parse_version, rules_for
+from drafting.sglang_facts import parse_version, rules_for
 from tests.checkpoint.conftest import Patch
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from drafting.serving import sglang_rules
+from drafting import sglang_facts
 
 
 def fatal(line: str) -> str | None:
-    for pattern in sglang_rules.FATAL_LOG_PATTERNS:
+    for pattern in sglang_facts.FATAL_LOG_PATTERNS:
         if pattern.regex.search(line):
             return pattern.name
     return None

@@ -223,9 +223,7 @@ def test_a_port_whose_grpc_port_passes_65535_is_refused_on_0_5_14(tiny_pair: Tin
     assert "PORT_TOO_HIGH" not in [f.code for f in rendered.findings]
 
 
-def test_the_smoke_runners_free_port_is_one_sglang_0_5_14_accepts() -> None:
-    from drafting.serving.smoke_local import free_port as smoke_port
-
-    ports = {smoke_port() for _ in range(50)}
+def test_the_free_port_is_one_sglang_0_5_14_accepts() -> None:
+    ports = {free_port() for _ in range(50)}
     assert all(20000 <= port <= 55535 for port in ports)
     assert len(ports) > 1

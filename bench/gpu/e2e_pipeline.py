@@ -33,8 +33,7 @@ SGLANG_ARGS = [
     "pytorch",
     "--grammar-backend",
     "none",
-    "--disable-cuda-graph",
-]  # the offline wheel set carries no flashinfer (../shared/gpu/README.md)
+]  # the offline wheel set carries no flashinfer (../shared/gpu/README.md); CUDA graphs on, as deployments run
 
 
 def prompts(path: Path, count: int = 16) -> Path:
@@ -156,6 +155,38 @@ def run(work: Path, out: Path, started: float, deadline_s: float, pipeline_spec:
             break
         time.sleep(3)
     report(http, pipeline_id, out)
+    dry_runs(http, pipeline_spec, out)
+
+
+def dry_runs(http: httpx.Client, pipeline_spec: dict[str, Any], out: Path) -> None:
+    """POST /v1/launch/render on this GPU host (real NVML, SGLang's own parser): a good spec, tp_size past the
+    GPUs, tp_size that does not split the heads, and --help in extra_args."""
+    drafts = http.get("/v1/artifacts", params={"kind": "sglang_checkpoint"}).json()
+    base = {
+        "engine": "sglang",
+        "model": pipeline_spec["target"],
+        "draft": drafts[0]["path"] if drafts else pipeline_spec["target"],
+        "depth": 5,
+        "extra_args": SGLANG_ARGS,
+    }
+    cases = {
+        "good": base,
+        "tp_2_on_1_gpu": {**base, "tp_size": 2},
+        "tp_3_heads_16": {**base, "tp_size": 3},
+        "help_flag": {**base, "extra_args": [*SGLANG_ARGS, "--help"]},
+    }
+    results = {}
+    for name, launch in cases.items():
+        answer = http.post("/v1/launch/render", json={"host": "h200", "spec": launch})
+        body = answer.json()
+        findings = (
+            [f"{f['severity']} {f['code']}" for f in body.get("findings", [])] if answer.is_success else []
+        )
+        results[name] = {"status": answer.status_code, "ok": body.get("ok"), "findings": findings}
+        if not answer.is_success:
+            results[name]["detail"] = str(body.get("detail") or body)[:300]
+    (out / "dry_runs.json").write_text(json.dumps(results, indent=2))
+    print("dry runs:", json.dumps(results, indent=1), flush=True)
 
 
 def report(http: httpx.Client, pipeline_id: str, out: Path) -> None:

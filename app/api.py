@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from app.artifacts.router import router as artifacts_router
+from app.benchmarks.router import router as benchmarks_router
 from app.dashboard.router import router as dashboard_router
 from app.health.router import router as health_router
 from app.hosts.router import router as hosts_router
@@ -24,6 +25,7 @@ def include_routers(app: FastAPI) -> None:
         logs_router,
         hosts_router,
         servers_router,
+        benchmarks_router,
         artifacts_router,
         tokens_router,
         metrics_router,

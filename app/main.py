@@ -16,12 +16,14 @@ from app.core.limits import BodySizeLimit
 from app.core.openapi import install_openapi
 from app.core.security import FailureLimiter, PrincipalCache
 from app.jobs.maintenance import MaintenanceLoop
+from app.recorders import register_result_recorders
 
 GZIP_MIN_BYTES = 1024
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    register_result_recorders()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -12,6 +12,7 @@ from celery import Celery
 
 from app.core.config import Settings
 from app.core.queue import TaskName, control_queue, host_queue, make_celery
+from app.recorders import register_result_recorders
 from workers.runner import JobRunner
 
 logger = logging.getLogger("eyas.worker")
@@ -37,6 +38,7 @@ def runtime() -> WorkerRuntime:
 def build(settings: Settings, host: str) -> Celery:
     """Create the worker's Celery app and register its tasks."""
     global _runtime
+    register_result_recorders()
     worker = f"{host}@{socket.gethostname()}:{os.getpid()}"
     _runtime = WorkerRuntime(settings, host, worker, JobRunner(settings, host=host, worker=worker))
     if not settings.broker_url:

@@ -23,9 +23,9 @@ from typing import IO
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.logs import repository
+from app.logs import service as logs
 from app.logs.notify import publish_log_batch
-from app.logs.repository import LogRow
+from app.logs.service import LogRow
 
 logger = logging.getLogger("eyas.logship")
 _ROW_OVERHEAD = 48  # bytes of bookkeeping we count per line besides its text
@@ -137,7 +137,7 @@ class LogShipper:
         while True:
             try:
                 with session_scope(self.settings) as session:
-                    repository.insert_lines(session, self.job_id, batch, maybe_stored=retry)
+                    logs.store_lines(session, self.job_id, batch, maybe_stored=retry)
                 break
             except Exception as exc:  # the database may be restarting: keep the batch and retry
                 logger.warning("log batch for job %s not stored yet (%s); retrying", self.job_id, exc)
@@ -165,7 +165,7 @@ class LogShipper:
             return
         try:
             with session_scope(self.settings) as session:
-                removed = repository.delete_before(session, self.job_id, cutoff + 1)
+                removed = logs.delete_before(session, self.job_id, cutoff + 1)
                 self.stats.trimmed_lines += removed - (
                     1 if self.stats.trimmed_lines else 0
                 )  # not the old marker
@@ -176,7 +176,7 @@ class LogShipper:
                     f"[eyas: {self.stats.trimmed_lines} earlier line(s) dropped: "
                     f"log limit {self.settings.max_log_bytes_per_job} bytes per job]",
                 )
-                repository.insert_lines(session, self.job_id, [marker])
+                logs.store_lines(session, self.job_id, [marker])
         except Exception as exc:
             logger.warning("could not trim the log of job %s: %s", self.job_id, exc)
 

@@ -1,5 +1,10 @@
-"""Runs one job on this host: claim → preflight (paths, GPU lease, GPU gate) → the stage's child process →
-GPU gate → record. The database session is never held while the stage runs."""
+"""Runs one job on this host: claim → preflight (GPU lease, GPU gate) → the stage's child process → GPU gate →
+record. The stage process validates the params and checks their host paths before the stage starts.
+
+The fast path: a job that needs no GPU is claimed, and marked running once its process is spawned, in one
+transaction (its row stays locked for the few milliseconds between, so a duplicate delivery still finds it
+claimed); a GPU job commits its claim first, then leases and gates its GPUs. The database session is never
+held while the stage runs."""
 
 from __future__ import annotations
 
@@ -10,8 +15,9 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,17 +26,15 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.db import session_scope
+from app.core.db import session_factory, session_scope
 from app.jobs import lifecycle
 from app.jobs.lifecycle import ClaimedJob, Outcome
 from app.jobs.states import JobState
-from app.logs import repository as logs_repo
+from app.logs import service as logs
 from app.servers import service as servers
 from contract.reasons import TerminationReason
-from contract.stages import STAGES
 from drafting import proc
 from drafting.hostinfo import gate
-from drafting.stages.base import StageContext, StageError
 from workers.events import EventPump
 from workers.logship import LogShipper
 
@@ -40,8 +44,80 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Leased:
+    """The job holds these GPUs, and they passed the gate."""
+
+    gpus: list[int]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The job cannot run here: it ends with this outcome."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
 class Requeued:
+    """Not now (its GPUs are busy): back to the queue."""
+
     message: str
+
+
+LeaseResult = Leased | Refused | Requeued
+
+
+class _PendingClaim:
+    """The claim's transaction, left open until the job's process is spawned (the fast path) so that the claim
+    and `running` are one commit. `commit` ends it (once); anything else that touches the job's row must wait
+    for it, so every path of the runner commits it before storing anything else."""
+
+    def __init__(self, session: Session | None) -> None:
+        self._session = session
+
+    def commit(self, then: Callable[[Session], object] | None = None) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        try:
+            if then is not None:
+                then(session)
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    @property
+    def open(self) -> bool:
+        return self._session is not None
+
+
+@dataclass
+class _Held:
+    """What one run of a job holds: its heartbeat, the claim transaction until committed, its leased GPUs.
+    Released in one place (JobRunner._holding)."""
+
+    job: ClaimedJob
+    beat: _Heartbeat
+    claim: _PendingClaim
+    start_seq: int
+    gpus: list[int] = field(default_factory=list)
+    claim_lost: bool = False  # the fast path's commit failed: the job is not this run's (its process ends)
+    phases: list[tuple[str, float]] = field(default_factory=list)
+
+    def phase(self, name: str) -> None:
+        self.phases.append((name, time.perf_counter()))
+
+
+@dataclass
+class _StageIO:
+    """The stage process's log shipper and event pump; `summary` is the last log line, written at close."""
+
+    shipper: LogShipper
+    pump: EventPump
+    summary: str | None = None
 
 
 class JobRunner:
@@ -51,32 +127,87 @@ class JobRunner:
         self.worker = worker
 
     def run(self, job_id: uuid.UUID) -> None:
-        with session_scope(self.settings) as session:
-            claimed = lifecycle.claim(session, job_id=job_id, host=self.host, worker=self.worker)
+        received = time.perf_counter()
+        claimed = self._claim(job_id)
         if claimed is None:
             logger.info("job %s is not ours to run (already claimed, cancelled or another host's)", job_id)
             return
-        # The job is heartbeaten from its claim until its end is stored: a reaper may judge it lost only when
-        # this worker is gone, never while it prepares, waits for the database or records the outcome.
-        beat = _Heartbeat(self.settings, claimed)
-        beat.start()
-        try:
+        job, pending, start_seq = claimed
+        with self._holding(job, pending, start_seq) as held:
+            held.phases.append(("received", received))
+            held.phase("claimed")
             try:
-                outcome = self._run_claimed(claimed, beat)
+                outcome = self._run_claimed(held)
             except Exception:
                 logger.exception("job %s crashed the runner", job_id)
                 outcome = Outcome(
-                    JobState.FAILED, TerminationReason.STAGE_ERROR, traceback.format_exc(limit=5)
+                    state=JobState.FAILED,
+                    reason=TerminationReason.STAGE_ERROR,
+                    message=traceback.format_exc(limit=5),
                 )
+            held.claim.commit()
+            if held.claim_lost:
+                return  # the broker's message is re-sent from the database (the job is still queued)
             if isinstance(outcome, Requeued):
                 message = outcome.message
-                self._store(
-                    claimed, "requeue", lambda s: lifecycle.requeue(s, job_id=claimed.id, message=message)
-                )
+                self._store(job, "requeue", lambda s: lifecycle.requeue(s, job_id=job.id, message=message))
             else:
-                self._record(claimed, outcome)
+                self._record(job, outcome)
+
+    def _claim(self, job_id: uuid.UUID) -> tuple[ClaimedJob, _PendingClaim, int] | None:
+        """Claim the job and read where its log continues, in one transaction; a job that needs no GPU keeps
+        it open (see _PendingClaim)."""
+        session = session_factory(self.settings)()
+        try:
+            claimed = lifecycle.claim(session, job_id=job_id, host=self.host, worker=self.worker)
+            if claimed is None:
+                session.commit()
+                session.close()
+                return None
+            start_seq = logs.last_seq(session, claimed.id)
+        except BaseException:
+            session.rollback()
+            session.close()
+            raise
+        pending = _PendingClaim(session)
+        if claimed.gpus_requested:
+            pending.commit()  # the GPU lease and gate run in their own transactions
+        return claimed, pending, start_seq
+
+    @contextmanager
+    def _holding(self, job: ClaimedJob, pending: _PendingClaim, start_seq: int) -> Iterator[_Held]:
+        # The job is heartbeaten from its claim until its end is stored: a reaper may judge it lost only when
+        # this worker is gone, never while it prepares, waits for the database or records the outcome.
+        beat = _Heartbeat(self.settings, job)
+        held = _Held(job, beat, pending, start_seq)
+        beat.start()
+        try:
+            yield held
         finally:
+            held.claim.commit()  # a no-op unless something failed before the process was spawned
             beat.stop()
+
+    @contextmanager
+    def _stage_io(self, held: _Held) -> Iterator[_StageIO]:
+        job = held.job
+        log_file = self.settings.resolved_log_dir() / f"{job.id}.log"
+        shipper = LogShipper(self.settings, job.id, file_path=log_file, start_seq=held.start_seq)
+        io = _StageIO(shipper, EventPump(self.settings, job.id, self.host))
+        try:
+            shipper.on_line(
+                "stderr", f"[eyas] attempt {job.attempt} of {job.kind} on {self.host} gpus={held.gpus or '-'}"
+            )
+            io.pump.start()
+            yield io
+        finally:
+            io.pump.join()
+            if held.gpus:
+                verdict = gate.check(held.gpus)
+                if not verdict.clean:
+                    shipper.on_line("stderr", "[eyas] GPU gate after the job: " + "; ".join(verdict.problems))
+            if io.summary is not None:
+                shipper.on_line("stderr", io.summary)
+            shipper.close()
 
     def _store(self, job: ClaimedJob, what: str, action: Callable[[Session], T]) -> T:
         """Run `action` in a transaction, retrying while the database is unreachable (a restart): what a job
@@ -93,30 +224,28 @@ class JobRunner:
             time.sleep(delay)
             delay = min(delay * 2, self.settings.heartbeat_s)
 
-    def _run_claimed(self, job: ClaimedJob, beat: _Heartbeat) -> Outcome | Requeued:
-        work_dir = self.settings.data_dir.resolve() / "jobs" / str(job.id)
-        ctx = StageContext(work_dir=work_dir, allowed_roots=tuple(self.settings.allowed_roots))
-        try:
-            for path in _host_paths(job):
-                ctx.check_path(path)
-        except StageError as exc:
-            return Outcome(JobState.FAILED, exc.reason, exc.message)
-        gpus: list[int] = []
-        if job.gpus_requested:
-            leased = self._lease(job)
-            if not isinstance(leased, list):
-                return leased
-            gpus = leased
-        return self._execute(job, work_dir, gpus, beat)
+    def _run_claimed(self, held: _Held) -> Outcome | Requeued:
+        if held.job.gpus_requested:
+            match self._lease(held.job):
+                case Refused(outcome):
+                    return outcome
+                case Requeued() as requeued:
+                    return requeued
+                case Leased(gpus):
+                    held.gpus = gpus
+        return self._execute(held)
 
-    def _lease(self, job: ClaimedJob) -> list[int] | Outcome | Requeued:
+    def _lease(self, job: ClaimedJob) -> LeaseResult:
         inventory = gate.nvml.inventory()
         if len(inventory.gpus) < job.gpus_requested:
             why = inventory.error or f"the host has {len(inventory.gpus)} GPU(s)"
-            return Outcome(
-                JobState.FAILED,
-                TerminationReason.NO_GPU,
-                f"job needs {job.gpus_requested} GPU(s) but host {self.host} cannot provide them: {why}",
+            return Refused(
+                Outcome(
+                    state=JobState.FAILED,
+                    reason=TerminationReason.NO_GPU,
+                    message=f"job needs {job.gpus_requested} GPU(s) but host {self.host} cannot provide "
+                    f"them: {why}",
+                )
             )
         with session_scope(self.settings) as session:
             indices = lifecycle.lease_gpus(session, job_id=job.id, host=self.host, count=job.gpus_requested)
@@ -124,76 +253,79 @@ class JobRunner:
             return Requeued(f"waiting for {job.gpus_requested} free GPU(s) on {self.host}")
         verdict = gate.check(indices)
         if not verdict.clean:
-            return Outcome(
-                JobState.FAILED,
-                TerminationReason.GPU_NOT_CLEAN,
-                "GPU gate before start: " + "; ".join(verdict.problems),
-                result={"gpu_gate": verdict.to_dict()},
+            return Refused(
+                Outcome(
+                    state=JobState.FAILED,
+                    reason=TerminationReason.GPU_NOT_CLEAN,
+                    message="GPU gate before start: " + "; ".join(verdict.problems),
+                    result={"gpu_gate": verdict.to_dict()},
+                )
             )
-        return indices
+        return Leased(indices)
 
-    def _execute(self, job: ClaimedJob, work_dir: Path, gpus: list[int], beat: _Heartbeat) -> Outcome:
+    def _execute(self, held: _Held) -> Outcome:
+        job = held.job
+        work_dir = self.settings.data_dir.resolve() / "jobs" / str(job.id)
         work_dir.mkdir(parents=True, exist_ok=True)
         params_file = work_dir / "params.json"
         params_file.write_text(json.dumps(job.params))
-        log_file = self.settings.resolved_log_dir() / f"{job.id}.log"
-        start_seq = self._store(job, "log position", lambda s: logs_repo.last_seq(s, job.id))
-        shipper = LogShipper(self.settings, job.id, file_path=log_file, start_seq=start_seq)
-        shipper.on_line(
-            "stderr", f"[eyas] attempt {job.attempt} of {job.kind} on {self.host} gpus={gpus or '-'}"
-        )
-        pump = EventPump(self.settings, job.id, self.host)
-        cancel = beat.cancel
-        pump.start()
-        try:
-            result = proc.run_command(
-                _child_argv(job, params_file, work_dir, gpus, pump.write_fd, self.settings),
-                on_line=shipper.on_line,
-                env=_child_env(self.settings, gpus),
-                cwd=work_dir,
-                timeout_s=job.timeout_s,
-                cancel=cancel,
-                grace_s=self.settings.cancel_grace_s,
-                on_start=lambda started: self._started(job, started, pump),
-                extra_fds=(pump.write_fd,),
-            )
-        except proc.CommandNotFound as exc:
-            pump.child_started()
-            pump.join()
-            shipper.close()
-            return Outcome(JobState.FAILED, TerminationReason.PREFLIGHT_FAILED, str(exc))
-        pump.join()
-        outcome = _outcome(result, pump, job, beat)
-        if gpus:
-            verdict = gate.check(gpus)
-            if not verdict.clean:
-                shipper.on_line("stderr", "[eyas] GPU gate after the job: " + "; ".join(verdict.problems))
-        shipper.on_line("stderr", f"[eyas] {outcome.state.value}: {outcome.reason} (exit {result.exit_code})")
-        shipper.close()
-        return outcome
-
-    def _started(self, job: ClaimedJob, started: proc.StartedProcess, pump: EventPump) -> None:
-        pump.child_started()
-        self._store(
-            job,
-            "its process",
-            lambda s: lifecycle.mark_running(
-                s, job_id=job.id, pid=started.pid, pgid=started.pgid, create_time=started.create_time
-            ),
-        )
-
-    def _record(self, job: ClaimedJob, outcome: Outcome) -> None:
-        def record(session: Session) -> None:
-            if not lifecycle.finish(session, self.settings, job_id=job.id, outcome=outcome, claimed=job):
-                logger.warning(
-                    "job %s: attempt %d was given up as lost; its end is not recorded", job.id, job.attempt
+        with self._stage_io(held) as io:
+            held.phase("prepared")
+            try:
+                result = proc.run_command(
+                    _child_argv(job, params_file, work_dir, held.gpus, io.pump.write_fd, self.settings),
+                    on_line=io.shipper.on_line,
+                    env=_child_env(self.settings, held.gpus),
+                    cwd=work_dir,
+                    timeout_s=job.timeout_s,
+                    cancel=held.beat.cancel,
+                    grace_s=self.settings.cancel_grace_s,
+                    on_start=lambda started: self._started(held, started, io.pump),
+                    extra_fds=(io.pump.write_fd,),
                 )
-                return
-            server_state = "stopped" if outcome.state != JobState.FAILED else "failed"
-            servers.end_server_of_job(session, job_id=job.id, state=server_state, message=outcome.message)
-            lifecycle.mark_reaped(session, job_id=job.id)
+            except proc.CommandNotFound as exc:
+                return Outcome(
+                    state=JobState.FAILED, reason=TerminationReason.PREFLIGHT_FAILED, message=str(exc)
+                )
+            io.pump.join()
+            outcome = _outcome(result, io.pump, job, held.beat)
+            io.summary = f"[eyas] {outcome.state.value}: {outcome.reason} (exit {result.exit_code})"
+            return outcome
 
-        self._store(job, "its outcome", record)
+    def _started(self, held: _Held, started: proc.StartedProcess, pump: EventPump) -> None:
+        held.phase("spawned")
+        pump.child_started()
+
+        def mark_running(session: Session) -> None:
+            lifecycle.mark_running(
+                session,
+                job_id=held.job.id,
+                pid=started.pid,
+                pgid=started.pgid,
+                create_time=started.create_time,
+            )
+
+        if held.claim.open:
+            try:
+                held.claim.commit(mark_running)
+            except Exception as exc:  # the claim is undone (the job is queued still): end the process now
+                logger.warning(
+                    "job %s: its claim could not be stored (%s); ending its process", held.job.id, exc
+                )
+                held.claim_lost = True
+                held.beat.cancel.set()
+                return
+        else:
+            self._store(held.job, "its process", mark_running)
+        held.phase("running")
+        _log_phases(held)
+
+
+def _log_phases(held: _Held) -> None:
+    if logger.isEnabledFor(logging.DEBUG) and held.phases:
+        start = held.phases[0][1]
+        steps = " ".join(f"{name}={(at - start) * 1000:.1f}ms" for name, at in held.phases[1:])
+        logger.debug("job %s dispatch: %s", held.job.id, steps)
 
 
 class WorkerStopping:
@@ -242,43 +374,46 @@ class _Heartbeat(threading.Thread):
 
 
 def _outcome(result: proc.CommandResult, pump: EventPump, job: ClaimedJob, beat: _Heartbeat) -> Outcome:
+    exit_code = result.exit_code
     if result.cancelled and beat.worker_stopped:
         return Outcome(
-            JobState.FAILED,
-            TerminationReason.WORKER_LOST,
-            f"its worker stopped: {WORKER_STOPPING.reason}",
-            result.exit_code,
+            state=JobState.FAILED,
+            reason=TerminationReason.WORKER_LOST,
+            message=f"its worker stopped: {WORKER_STOPPING.reason}",
+            exit_code=exit_code,
         )
     if result.cancelled:
-        return Outcome(JobState.CANCELLED, TerminationReason.USER_CANCELLED, "cancelled", result.exit_code)
+        return Outcome(
+            state=JobState.CANCELLED,
+            reason=TerminationReason.USER_CANCELLED,
+            message="cancelled",
+            exit_code=exit_code,
+        )
     if result.timed_out:
         return Outcome(
-            JobState.FAILED,
-            TerminationReason.TIMEOUT,
-            f"ran past its timeout of {job.timeout_s} s",
-            result.exit_code,
+            state=JobState.FAILED,
+            reason=TerminationReason.TIMEOUT,
+            message=f"ran past its timeout of {job.timeout_s} s",
+            exit_code=exit_code,
         )
-    if result.exit_code == 0 and pump.result is not None:
-        return Outcome(JobState.SUCCEEDED, TerminationReason.SUCCEEDED, None, 0, pump.result)
-    if pump.error is not None:
-        details = pump.error.get("details") or None
+    if exit_code == 0 and pump.result is not None:
         return Outcome(
-            JobState.FAILED,
-            str(pump.error.get("reason") or TerminationReason.STAGE_ERROR),
-            str(pump.error.get("message")),
-            result.exit_code,
-            details,
+            state=JobState.SUCCEEDED, reason=TerminationReason.SUCCEEDED, exit_code=0, result=pump.result
+        )
+    if pump.error is not None:
+        return Outcome(
+            state=JobState.FAILED,
+            reason=str(pump.error.reason or TerminationReason.STAGE_ERROR),
+            message=str(pump.error.message),
+            exit_code=exit_code,
+            result=pump.error.details or None,
         )
     return Outcome(
-        JobState.FAILED,
-        TerminationReason.NONZERO_EXIT,
-        f"the stage process exited with {result.exit_code} without a result",
-        result.exit_code,
+        state=JobState.FAILED,
+        reason=TerminationReason.NONZERO_EXIT,
+        message=f"the stage process exited with {exit_code} without a result",
+        exit_code=exit_code,
     )
-
-
-def _host_paths(job: ClaimedJob) -> list[str]:
-    return STAGES[job.kind].parse(job.params).host_paths()
 
 
 def _child_argv(

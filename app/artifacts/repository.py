@@ -7,7 +7,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models.server import Artifact
+from app.models.artifact import Artifact
 
 
 def add(session: Session, artifact: Artifact) -> None:

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Query
 
 from app.artifacts import service
 from app.artifacts.schemas import ArtifactLineage, ArtifactRead
-from app.core.deps import ReadPrincipal, SessionDep
+from app.core.deps import SessionDep
+from app.tokens.deps import ReadPrincipal
 
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"])
 

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.artifacts import repository
-from app.core.errors import AppError, ErrorCode
+from app.core.errors import found_or_404
 from app.jobs import refs
 from app.jobs import repository as jobs_repo
+from app.models.artifact import Artifact
 from app.models.base import utcnow
-from app.models.server import Artifact
 
 
 def record_artifact(
@@ -42,10 +42,7 @@ def record_artifact(
 
 
 def get_artifact(session: Session, artifact_id: uuid.UUID) -> Artifact:
-    artifact = repository.get(session, artifact_id)
-    if artifact is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no artifact {artifact_id}")
-    return artifact
+    return found_or_404(repository.get(session, artifact_id), f"no artifact {artifact_id}")
 
 
 def list_artifacts(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -63,6 +63,16 @@ class AppError(Exception):
         self.detail = detail
         self.headers = headers
         self.extra = extra
+
+
+T = TypeVar("T")
+
+
+def found_or_404(row: T | None, detail: str) -> T:
+    """The row a repository found, or a 404 NOT_FOUND problem saying what was missing."""
+    if row is None:
+        raise AppError(ErrorCode.NOT_FOUND, detail)
+    return row
 
 
 def problem(

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.errors import AppError, ErrorCode
+from app.core.errors import AppError, ErrorCode, found_or_404
 from app.hosts import repository
 from app.models.base import utcnow
 from app.models.host import Host
@@ -49,10 +49,7 @@ def record_heartbeat(
 
 
 def get_host(session: Session, name: str) -> Host:
-    host = repository.get(session, name)
-    if host is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no host named {name!r} has registered")
-    return host
+    return found_or_404(repository.get(session, name), f"no host named {name!r} has registered")
 
 
 def place(session: Session, settings: Settings, *, gpus: int, host: str | None) -> str:

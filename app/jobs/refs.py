@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.artifacts import repository as artifacts
+from app.models.artifact import Artifact
 from app.models.job import Job
-from app.models.server import Artifact
 
 
 class MissingArtifact(Exception):

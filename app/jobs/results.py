@@ -1,7 +1,8 @@
 """Where a finished job's result goes besides the job row: recorders by job kind.
 
-A domain that keeps results in its own tables (servers: benchmark tables) registers a recorder here when
-its service module is imported, so the shared finishing path in lifecycle names no kind.
+A domain that keeps results in its own tables (benchmarks: comparison tables) has a recorder registered
+here by an explicit call at start-up (app/recorders.py: create_app and the worker's build call it), so the
+shared finishing path in lifecycle names no kind.
 """
 
 from __future__ import annotations

@@ -5,19 +5,17 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
-from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
+from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
 from app.jobs import service
-from app.jobs.repository import metrics as metrics_query
 from app.jobs.schemas import HOST_NAME_PATTERN, JobCreate, JobEventRead, JobPage, JobRead, MetricRead
 from app.jobs.states import JobState
 from app.jobs.waiting import wait_terminal
+from app.tokens.deps import ReadPrincipal, SubmitPrincipal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 MAX_WAIT_S = 600.0
-
-IdempotencyKey = Annotated[str | None, Header(max_length=255, pattern=r"^[\x21-\x7e]+$")]
 
 
 @router.post(
@@ -38,8 +36,7 @@ def submit_job(
     job, created = service.submit_job(
         session, settings, spec=body, principal=principal, idempotency_key=idempotency_key
     )
-    if not created:
-        response.status_code = status.HTTP_200_OK
+    created_or_replayed(response, created)
     return JobRead.of(job)
 
 
@@ -117,6 +114,5 @@ def job_metrics(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 5000,
 ) -> list[MetricRead]:
     """Metrics the job reported (loss, accuracy per position, throughput…), by step."""
-    service.get_job(session, job_id)
-    rows = metrics_query(session, job_id, name=name, since_step=since_step, limit=limit)
+    rows = service.job_metrics(session, job_id, name=name, since_step=since_step, limit=limit)
     return [MetricRead.model_validate(m) for m in rows]

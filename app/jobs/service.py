@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.errors import AppError, ErrorCode, error_message
+from app.core.errors import AppError, ErrorCode, error_message, found_or_404
 from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
 from app.hosts import repository as hosts_repo
@@ -23,7 +23,7 @@ from app.jobs import repository
 from app.jobs.schemas import JobCreate
 from app.jobs.states import TERMINAL, JobState, transition
 from app.models.base import utcnow
-from app.models.job import Job, JobEvent
+from app.models.job import Job, JobEvent, JobMetric
 from contract.params.common import StageParams
 from contract.stages import STAGES
 
@@ -93,10 +93,7 @@ def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
 
 
 def get_job(session: Session, job_id: uuid.UUID) -> Job:
-    job = repository.get(session, job_id)
-    if job is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    return job
+    return found_or_404(repository.get(session, job_id), f"no job {job_id}")
 
 
 def list_jobs(
@@ -141,6 +138,14 @@ def request_cancel(session: Session, *, job_id: uuid.UUID, reason: str = "USER_C
     if state != JobState.CANCELLING:
         transition(session, job, JobState.CANCELLING, reason=reason, extra={"cancel_requested_at": utcnow()})
     return job
+
+
+def job_metrics(
+    session: Session, job_id: uuid.UUID, *, name: str | None, since_step: int | None, limit: int
+) -> list[JobMetric]:
+    """The metrics a job reported, by step (404 for an unknown job)."""
+    get_job(session, job_id)
+    return repository.metrics(session, job_id, name=name, since_step=since_step, limit=limit)
 
 
 def job_events(session: Session, job_id: uuid.UUID) -> list[JobEvent]:

@@ -11,12 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from app.core.db import session_scope
-from app.core.deps import SubmitPrincipal
 from app.core.errors import AppError, ErrorCode
 from app.core.security import Principal
 from app.jobs.waiting import wait_terminal
 from app.launch import service
 from app.launch.schemas import RenderRequest, RenderResult
+from app.tokens.deps import SubmitPrincipal
 
 router = APIRouter(prefix="/v1/launch", tags=["launch"])
 

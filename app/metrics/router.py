@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.core.deps import ReadPrincipal, SessionDep, SettingsDep
+from app.core.deps import SessionDep, SettingsDep
 from app.metrics import service
+from app.tokens.deps import ReadPrincipal
 
 router = APIRouter(tags=["metrics"])
 

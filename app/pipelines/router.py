@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.orm import Session
 
-from app.core.deps import ReadPrincipal, SessionDep, SettingsDep, SubmitPrincipal
-from app.jobs.router import IdempotencyKey
+from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
 from app.jobs.schemas import JobRead
 from app.models.pipeline import Pipeline
 from app.pipelines import service
 from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
+from app.tokens.deps import ReadPrincipal, SubmitPrincipal
 
 router = APIRouter(prefix="/v1/pipelines", tags=["pipelines"])
 
@@ -54,8 +54,7 @@ def create_pipeline(
     pipeline, created = service.create_pipeline(
         session, settings, spec=body, principal=principal, idempotency_key=idempotency_key
     )
-    if not created:
-        response.status_code = status.HTTP_200_OK
+    created_or_replayed(response, created)
     return _read(session, pipeline)
 
 

@@ -8,7 +8,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.errors import AppError, ErrorCode
+from app.core.errors import AppError, ErrorCode, found_or_404
 from app.core.security import Principal
 from app.jobs import refs
 from app.jobs import service as jobs
@@ -62,10 +62,7 @@ def create_pipeline(
 
 
 def get_pipeline(session: Session, pipeline_id: uuid.UUID) -> Pipeline:
-    pipeline = repository.get(session, pipeline_id)
-    if pipeline is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no pipeline {pipeline_id}")
-    return pipeline
+    return found_or_404(repository.get(session, pipeline_id), f"no pipeline {pipeline_id}")
 
 
 def list_pipelines(session: Session, *, limit: int) -> list[Pipeline]:

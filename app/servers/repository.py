@@ -1,4 +1,4 @@
-"""All SQL about servers and benchmark results."""
+"""All SQL about servers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models.server import BenchmarkResult, Server
+from app.models.server import Server
 
 
 def get(session: Session, server_id: uuid.UUID) -> Server | None:
@@ -27,20 +27,3 @@ def all_servers(session: Session, *, state: str | None = None, limit: int = 200)
     if state:
         query = query.where(Server.state == state)
     return list(session.scalars(query))
-
-
-def add_benchmark(session: Session, result: BenchmarkResult) -> None:
-    session.add(result)
-
-
-def benchmarks(
-    session: Session, *, job_id: uuid.UUID | None = None, limit: int = 200
-) -> list[BenchmarkResult]:
-    query = select(BenchmarkResult).order_by(BenchmarkResult.created_at.desc()).limit(limit)
-    if job_id is not None:
-        query = query.where(BenchmarkResult.job_id == job_id)
-    return list(session.scalars(query))
-
-
-def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult | None:
-    return session.get(BenchmarkResult, benchmark_id)

@@ -1,10 +1,9 @@
-"""Bodies of the servers and benchmarks API."""
+"""Bodies of the servers API."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,14 +26,3 @@ class ServerRead(BaseModel):
     started_at: datetime
     ready_at: datetime | None
     stopped_at: datetime | None
-
-
-class BenchmarkRead(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: uuid.UUID
-    job_id: uuid.UUID
-    server_id: uuid.UUID | None
-    deployable: bool | None
-    summary: dict[str, Any]
-    created_at: datetime

@@ -1,17 +1,22 @@
-"""Servers as launch jobs report them, and benchmark results. Services never commit."""
+"""Servers as launch jobs report them: their rows, stopping them, their logs. Services never commit."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.core.errors import AppError, ErrorCode
-from app.jobs import results
+from app.core.errors import found_or_404
+from app.jobs import service as jobs
+from app.logs import service as logs
+from app.logs.follow import LogHub
+from app.logs.schemas import LogPage, LogQuery
 from app.models.base import utcnow
-from app.models.server import BenchmarkResult, Server
+from app.models.server import Server
 from app.servers import repository
+from contract.reasons import TerminationReason
 
 SERVER_STATES = ("starting", "ready", "failed", "stopping", "stopped")
 _FINAL = ("failed", "stopped")
@@ -51,74 +56,36 @@ def end_server_of_job(session: Session, *, job_id: uuid.UUID, state: str, messag
 
 
 def get_server(session: Session, server_id: uuid.UUID) -> Server:
-    server = repository.get(session, server_id)
-    if server is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no server {server_id}")
-    return server
-
-
-def record_benchmark(
-    session: Session, *, job_id: uuid.UUID, summary: dict[str, Any], server_id: uuid.UUID | None = None
-) -> BenchmarkResult:
-    gate = summary.get("gate")
-    deployable = summary.get("deployable", gate.get("deployable") if isinstance(gate, dict) else None)
-    result = BenchmarkResult(
-        id=uuid.uuid4(),
-        job_id=job_id,
-        server_id=server_id,
-        summary=summary,
-        deployable=bool(deployable) if deployable is not None else None,
-        created_at=utcnow(),
-    )
-    repository.add_benchmark(session, result)
-    return result
-
-
-def _record_benchmark_job(session: Session, job_id: uuid.UUID, result: dict[str, Any]) -> None:
-    """A benchmark job's result with rows becomes a table (a sweep that failed its gate has rows too)."""
-    if result.get("rows") is not None:
-        record_benchmark(session, job_id=job_id, summary=result)
-
-
-results.register("benchmark", _record_benchmark_job)
+    return found_or_404(repository.get(session, server_id), f"no server {server_id}")
 
 
 def list_servers(session: Session, *, state: str | None, limit: int) -> list[Server]:
     return repository.all_servers(session, state=state, limit=limit)
 
 
-def list_benchmarks(session: Session, *, job_id: uuid.UUID | None, limit: int) -> list[BenchmarkResult]:
-    return repository.benchmarks(session, job_id=job_id, limit=limit)
-
-
-def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult:
-    result = repository.get_benchmark(session, benchmark_id)
-    if result is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no benchmark {benchmark_id}")
-    return result
-
-
-def benchmark_csv(result: BenchmarkResult) -> str:
-    """The comparison table as CSV, one row per depth (the baseline has an empty depth)."""
-    rows = result.summary.get("rows") or []
-    columns: list[str] = []
-    for row in rows:
-        columns += [c for c in row if c not in columns and not isinstance(row[c], dict | list)]
-    lines = [",".join(columns)]
-    for row in rows:
-        lines.append(",".join(_csv_cell(row.get(c)) for c in columns))
-    return "\n".join(lines) + "\n"
-
-
-def _csv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    text = str(value)
-    if any(ch in text for ch in ',"\n') or text[:1] in ("=", "+", "-", "@"):
-        text = '"' + text.replace('"', '""') + '"'  # quoted, and formula-looking cells stay text
-    return text
-
-
-def mark_stopping(session: Session, server: Server) -> None:
+def stop_server(session: Session, *, server_id: uuid.UUID) -> Server:
+    """Cancel the server's launch job (its worker ends the process group, frees the lease); it is stopping."""
+    server = get_server(session, server_id)
+    jobs.request_cancel(session, job_id=server.job_id, reason=TerminationReason.USER_CANCELLED)
     if server.state not in _FINAL:
         server.state = "stopping"
+    return server
+
+
+def read_logs(session: Session, *, server_id: uuid.UUID, query: LogQuery) -> LogPage:
+    """A page of the server's log: its launch job's log."""
+    return logs.read_query(session, get_server(session, server_id).job_id, query)
+
+
+def follow_logs(
+    session: Session,
+    hub: LogHub,
+    *,
+    server_id: uuid.UUID,
+    cursor: int,
+    last_event_id: str | None,
+    gone: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[str]:
+    """The server's log live (Server-Sent Events), as for its launch job."""
+    job_id = get_server(session, server_id).job_id
+    return logs.follow(session, hub, job_id, cursor=cursor, last_event_id=last_event_id, gone=gone)

@@ -6,8 +6,9 @@ import uuid
 
 from fastapi import APIRouter, Request, status
 
-from app.core.deps import AdminPrincipal, SessionDep
+from app.core.deps import SessionDep
 from app.tokens import service
+from app.tokens.deps import AdminPrincipal
 from app.tokens.schemas import TokenCreate, TokenCreated, TokenRead
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])

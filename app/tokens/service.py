@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from app.core.errors import AppError, ErrorCode
+from app.core.errors import AppError, ErrorCode, found_or_404
 from app.core.security import Principal, PrincipalCache, Scope, hash_token, new_token_secret
 from app.models.base import utcnow
 from app.models.token import ApiToken
@@ -59,9 +59,7 @@ def list_tokens(session: Session) -> list[ApiToken]:
 
 def revoke_token(session: Session, *, token_id: uuid.UUID, cache: PrincipalCache | None = None) -> ApiToken:
     """Revoke a token; this process's cache forgets every principal once the revocation commits."""
-    token = repository.get(session, token_id)
-    if token is None:
-        raise AppError(ErrorCode.NOT_FOUND, f"no token {token_id}")
+    token = found_or_404(repository.get(session, token_id), f"no token {token_id}")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
     if cache is not None:

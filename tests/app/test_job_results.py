@@ -44,8 +44,31 @@ def test_only_a_benchmark_result_with_rows_becomes_a_table_whatever_the_end_stat
     assert [(b["job_id"], b["deployable"]) for b in listed] == [(gated, False)]
 
 
-def test_the_worker_process_registers_the_benchmark_recorder() -> None:
-    """The runner is what calls finish in production; importing it must bring the servers recorder along."""
-    probe = "import workers.runner; from app.jobs import results; print(results.recorder_for('benchmark'))"
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert "_record_benchmark_job" in out.stdout
+PROBE = """
+from app.jobs import results
+import {module}
+print("before:", results.recorder_for("benchmark"))
+{start}
+print("after:", results.recorder_for("benchmark"))
+"""
+
+
+def probe(module: str, start: str) -> str:
+    code = PROBE.format(module=module, start=start)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_the_worker_process_registers_the_benchmark_recorder_at_start_up() -> None:
+    """The worker is what calls finish in production; building it (as `eyas worker` does) registers the
+    benchmarks recorder, explicitly: importing the runtime alone registers nothing."""
+    out = probe("workers.celery_app", "workers.celery_app.build(workers.celery_app.Settings(), 'probe')")
+    assert "before: None" in out
+    assert "after: <function record_benchmark_job" in out
+
+
+def test_the_api_registers_the_benchmark_recorder_at_start_up() -> None:
+    out = probe("app.main", "app.main.create_app()")
+    assert "before: None" in out
+    assert "after: <function record_benchmark_job" in out

@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from app.benchmarks import service as benchmarks
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.hosts import service as hosts
@@ -183,7 +184,7 @@ def sweep_result(deployable: bool = True) -> dict[str, Any]:
 
 def record_benchmark(settings: Settings, job_id: str, summary: dict[str, Any]) -> None:
     with session_scope(settings) as session:
-        servers.record_benchmark(session, job_id=uuid.UUID(job_id), summary=summary)
+        benchmarks.record_benchmark(session, job_id=uuid.UUID(job_id), summary=summary)
 
 
 def record_server(settings: Settings, job_id: str, host: str, **event: Any) -> str:

@@ -1,0 +1,42 @@
+"""/v1/benchmarks: the comparison tables benchmark jobs produced."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import PlainTextResponse
+
+from app.benchmarks import service
+from app.benchmarks.schemas import BenchmarkRead
+from app.core.deps import SessionDep
+from app.tokens.deps import ReadPrincipal
+
+router = APIRouter(tags=["servers"])
+
+
+@router.get("/v1/benchmarks", response_model=list[BenchmarkRead])
+def list_benchmarks(
+    session: SessionDep,
+    _: ReadPrincipal,
+    job_id: uuid.UUID | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> list[BenchmarkRead]:
+    """Benchmark results, newest first (optionally of one job)."""
+    rows = service.list_benchmarks(session, job_id=job_id, limit=limit)
+    return [BenchmarkRead.model_validate(b) for b in rows]
+
+
+@router.get(
+    "/v1/benchmarks/{benchmark_id}",
+    response_model=BenchmarkRead,
+    responses={200: {"content": {"text/csv": {}}}},
+)
+def get_benchmark(
+    benchmark_id: uuid.UUID, session: SessionDep, _: ReadPrincipal, format: Literal["json", "csv"] = "json"
+) -> BenchmarkRead | PlainTextResponse:
+    """One benchmark: its comparison table (speedup vs the no-speculation baseline), as JSON or CSV."""
+    if format == "csv":
+        return PlainTextResponse(service.benchmark_csv(session, benchmark_id), media_type="text/csv")
+    return BenchmarkRead.model_validate(service.get_benchmark(session, benchmark_id))

@@ -234,32 +234,34 @@ def _skip_to_newline(stream: IO[bytes]) -> int:
 
 def _create_time(pid: int) -> float:
     try:
-        return psutil.Process(pid).create_time()
+        return float(psutil.Process(pid).create_time())
     except psutil.Error:
         return 0.0
 
 
 def _same_process(pid: int, expected_create_time: float) -> bool:
     try:
-        return abs(psutil.Process(pid).create_time() - expected_create_time) < 0.01
+        return abs(float(psutil.Process(pid).create_time()) - expected_create_time) < 0.01
     except psutil.Error:
         return False
 
 
 def _pid_exists(pid: int) -> bool:
-    return psutil.pid_exists(pid)
+    return bool(psutil.pid_exists(pid))
 
 
 def _children(pid: int) -> list[psutil.Process]:
     try:
-        return psutil.Process(pid).children()
+        children: list[psutil.Process] = psutil.Process(pid).children()
+        return children
     except psutil.Error:
         return []
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
     try:
-        return psutil.Process(pid).children(recursive=True)
+        descendants: list[psutil.Process] = psutil.Process(pid).children(recursive=True)
+        return descendants
     except psutil.Error:
         return []
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.params.checkpoint import SGLANG_VERSION_PATTERN
-from contract.params.launch import FORBIDDEN_FLAGS, OWNED_FLAGS  # noqa: F401 - part of these rules
+from contract.params.launch import FORBIDDEN_FLAGS as FORBIDDEN_FLAGS  # re-exported: part of these rules
+from contract.params.launch import OWNED_FLAGS as OWNED_FLAGS
 
 # ---- Versions
 

@@ -56,7 +56,7 @@ def _owner_alive(name: str) -> bool | None:
     match = _SGL_SHM_PID.match(name)
     if match is None:
         return None
-    return psutil.pid_exists(int(match.group(1)))
+    return bool(psutil.pid_exists(int(match.group(1))))
 
 
 def _size(entry: Path) -> int:

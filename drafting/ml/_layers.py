@@ -10,6 +10,7 @@ positions, and logits are `lm_head(norm(h))` while the pre-norm `h` is what the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,7 @@ class Rotary(nn.Module):
     `model.to(torch.bfloat16)` would round them and shift every angle.
     """
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         hf_rotary = LlamaRotaryEmbedding(LlamaConfig.from_dict(dict(config)))
         self._inv_freq_cpu = hf_rotary.inv_freq.detach().to(torch.float32).clone()
@@ -71,7 +72,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class Attention(nn.Module):
     """Llama attention whose q/k/v read the 2H-wide `[embeds, hidden]` input."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         hidden = int(config["hidden_size"])
         self.num_heads = int(config["num_attention_heads"])
@@ -101,7 +102,10 @@ class Attention(nn.Module):
 
     def output(self, attended: torch.Tensor) -> torch.Tensor:
         batch, _, seq, _ = attended.shape
-        return self.o_proj(attended.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim))
+        out: torch.Tensor = self.o_proj(
+            attended.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim)
+        )
+        return out
 
 
 class MLP(nn.Module):
@@ -117,7 +121,8 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor, gate_up_weight: torch.Tensor | None = None) -> torch.Tensor:
         gate_up = F.linear(x, self.fused_weight() if gate_up_weight is None else gate_up_weight)
         gate, up = gate_up.chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        out: torch.Tensor = self.down_proj(F.silu(gate) * up)
+        return out
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ class FusedWeights:
 class DecoderLayer(nn.Module):
     """SGLang's EAGLE-3 input layer (`midlayer`): one Llama block over `[embeds, hidden]`."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         hidden, eps = int(config["hidden_size"]), float(config.get("rms_norm_eps", 1e-6))
         self.input_layernorm = RMSNorm(hidden, eps)
@@ -158,7 +163,8 @@ class DecoderLayer(nn.Module):
         """Residual adds around attention and MLP; returns the pre-norm output."""
         hidden = hidden + self.self_attn.output(attended)
         gate_up = weights.gate_up if weights is not None else None
-        return hidden + self.mlp(self.post_attention_layernorm(hidden), gate_up)
+        mlp_out: torch.Tensor = self.mlp(self.post_attention_layernorm(hidden), gate_up)
+        return hidden + mlp_out
 
     def causal(
         self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor

@@ -118,13 +118,16 @@ class Eagle3Drafter(nn.Module):
         """Target aux states -> drafter space; already-projected features pass through (SGLang's rule)."""
         if features.shape[-1] == self.hidden_size:
             return features
-        return self.fc(_compute_dtype(features, self.fc.weight))
+        projected: torch.Tensor = self.fc(_compute_dtype(features, self.fc.weight))
+        return projected
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(hidden))
+        logits: torch.Tensor = self.lm_head(self.norm(hidden))
+        return logits
 
     def _embed(self, input_ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(input_ids).to(like.dtype)
+        embeds: torch.Tensor = self.embed_tokens(input_ids)
+        return embeds.to(like.dtype)
 
     def forward_sequence(
         self, input_ids: torch.Tensor, features: torch.Tensor, positions: torch.Tensor | None = None

@@ -95,7 +95,9 @@ def is_complete(path: Path, seq_len: int, hidden_size: int) -> bool:
     if header is None:
         return False
     states, ids = header.get("hidden_states", {}), header.get("token_ids", {})
-    return states.get("shape") == [seq_len, STATES_PER_TOKEN, hidden_size] and ids.get("shape") == [seq_len]
+    return bool(
+        states.get("shape") == [seq_len, STATES_PER_TOKEN, hidden_size] and ids.get("shape") == [seq_len]
+    )
 
 
 def remove_stale_temporaries(output: Path) -> int:

@@ -152,7 +152,8 @@ def _matching_prefix(drafts: Sequence[int], choices: Sequence[int]) -> int:
 def _forward(target: nn.Module, tokens: list[int], cache: DynamicCache) -> torch.Tensor:
     device = _device_of(target)
     out = target(input_ids=torch.tensor([tokens], device=device), past_key_values=cache, use_cache=True)
-    return out.logits[0]
+    logits: torch.Tensor = out.logits[0]
+    return logits
 
 
 def _forward_capturing(

@@ -32,9 +32,11 @@ def run_draft_doctor(draft: str, *, target: str, algorithm: str | None, sglang_v
 
 
 def _items(report: Any) -> Iterable[Any]:
+    findings: Iterable[Any] | None
     if isinstance(report, dict):
-        return report.get("findings", [])
-    findings = getattr(report, "findings", None)
+        findings = report.get("findings", [])
+    else:
+        findings = getattr(report, "findings", None)
     return findings if findings is not None else report
 
 

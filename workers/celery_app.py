@@ -45,7 +45,7 @@ def build(settings: Settings, host: str) -> Celery:
         _fast_sqlalchemy_polling()
     app = make_celery(settings, name=f"eyas-worker-{host}")
 
-    @app.task(name=TaskName.RUN_JOB, acks_late=True, ignore_result=True)
+    @app.task(name=TaskName.RUN_JOB, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
     def run_job(job_id: str) -> None:
         runtime().runner.run(uuid.UUID(job_id))
 

@@ -15,6 +15,17 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.jobs import lifecycle
 from app.servers import service as servers
+from contract.events import (
+    EVENT_TYPES,
+    ArtifactEvent,
+    ErrorEvent,
+    MetricEvent,
+    ProgressEvent,
+    ResultEvent,
+    ServerEvent,
+    StageEvent,
+    parse_event,
+)
 
 logger = logging.getLogger("eyas.events")
 _PROGRESS_EVERY_S = 0.5
@@ -30,20 +41,24 @@ class EventPump:
         self.host = host
         self.read_fd, self.write_fd = os.pipe()
         self.result: dict[str, Any] | None = None
-        self.error: dict[str, Any] | None = None
+        self.error: ErrorEvent | None = None
         self._metrics: list[tuple[str, int, float]] = []
         self._last_progress = 0.0
-        self._pending_progress: dict[str, Any] | None = None
+        self._pending_progress: ProgressEvent | None = None
+        self._write_open = True
         self._thread = threading.Thread(target=self._read, name=f"events-{job_id}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def child_started(self) -> None:
-        """Close our copy of the write end so EOF arrives when the child exits."""
-        os.close(self.write_fd)
+        """Close our copy of the write end so EOF arrives when the child exits (or now, when none started)."""
+        if self._write_open:
+            self._write_open = False
+            os.close(self.write_fd)
 
     def join(self) -> None:
+        self.child_started()
         self._thread.join()
         self._flush_metrics()
         self._flush_progress()
@@ -52,45 +67,50 @@ class EventPump:
         with os.fdopen(self.read_fd, "r", encoding="utf-8", errors="replace") as stream:
             for line in stream:
                 try:
-                    event = json.loads(line)
+                    raw = json.loads(line)
                 except json.JSONDecodeError:
                     logger.warning("job %s: unreadable event %r", self.job_id, line[:200])
                     continue
-                if isinstance(event, dict):
-                    self._handle(event)
+                if not isinstance(raw, dict) or raw.get("type") not in EVENT_TYPES:
+                    continue  # a stage's own report (benchmark_table, smoke…): not recorded here
+                try:
+                    event = parse_event(raw)
+                except ValueError as exc:  # pydantic's ValidationError
+                    logger.warning("job %s: malformed %s event: %s", self.job_id, raw.get("type"), exc)
+                    continue
+                self._handle(event)
 
-    def _handle(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        try:
-            if kind == "metric":
-                self._metrics.append((str(event["name"])[:128], int(event["step"]), float(event["value"])))
+    def _handle(self, event: StageEvent) -> None:
+        match event:
+            case MetricEvent():
+                self._metrics.append((event.name[:128], event.step, event.value))
                 if len(self._metrics) >= _METRIC_BATCH:
                     self._flush_metrics()
-            elif kind == "progress":
+            case ProgressEvent():
                 self._pending_progress = event
                 if time.monotonic() - self._last_progress >= _PROGRESS_EVERY_S:
                     self._flush_progress()
-            elif kind == "artifact":
+            case ArtifactEvent():
+                artifact = event
                 self._record(
                     lambda s: artifacts.record_artifact(
                         s,
                         job_id=self.job_id,
                         host=self.host,
-                        kind=str(event["kind"]),
-                        path=str(event["path"]),
-                        meta=dict(event.get("meta") or {}),
+                        kind=artifact.kind,
+                        path=artifact.path,
+                        meta=dict(artifact.meta or {}),
                     )
                 )
-            elif kind == "server":
+            case ServerEvent():
+                server = event.model_dump()
                 self._record(
-                    lambda s: servers.record_server_event(s, job_id=self.job_id, host=self.host, event=event)
+                    lambda s: servers.record_server_event(s, job_id=self.job_id, host=self.host, event=server)
                 )
-            elif kind == "result":
-                self.result = event.get("result") or {}
-            elif kind == "error":
+            case ResultEvent():
+                self.result = event.result or {}
+            case ErrorEvent():
                 self.error = event
-        except (KeyError, TypeError, ValueError) as exc:
-            logger.warning("job %s: malformed %s event: %s", self.job_id, kind, exc)
 
     def _flush_metrics(self) -> None:
         rows, self._metrics = self._metrics, []
@@ -106,8 +126,8 @@ class EventPump:
             lambda s: lifecycle.record_progress(
                 s,
                 job_id=self.job_id,
-                fraction=float(event.get("fraction", 0.0)),
-                message=str(event.get("message", "")),
+                fraction=event.fraction,
+                message=event.message,
             )
         )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 import time
 import traceback
@@ -18,7 +17,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -35,11 +33,12 @@ from app.servers import service as servers
 from contract.reasons import TerminationReason
 from drafting import proc
 from drafting.hostinfo import gate
+from drafting.hostinfo import gpus as nvml
 from workers.events import EventPump
 from workers.logship import LogShipper
+from workers.stage_process import child_argv, child_env, outcome_of
 
 logger = logging.getLogger("eyas.runner")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 
@@ -236,7 +235,7 @@ class JobRunner:
         return self._execute(held)
 
     def _lease(self, job: ClaimedJob) -> LeaseResult:
-        inventory = gate.nvml.inventory()
+        inventory = nvml.inventory()
         if len(inventory.gpus) < job.gpus_requested:
             why = inventory.error or f"the host has {len(inventory.gpus)} GPU(s)"
             return Refused(
@@ -273,9 +272,9 @@ class JobRunner:
             held.phase("prepared")
             try:
                 result = proc.run_command(
-                    _child_argv(job, params_file, work_dir, held.gpus, io.pump.write_fd, self.settings),
+                    child_argv(job, params_file, work_dir, held.gpus, io.pump.write_fd, self.settings),
                     on_line=io.shipper.on_line,
-                    env=_child_env(self.settings, held.gpus),
+                    env=child_env(self.settings, held.gpus),
                     cwd=work_dir,
                     timeout_s=job.timeout_s,
                     cancel=held.beat.cancel,
@@ -288,9 +287,23 @@ class JobRunner:
                     state=JobState.FAILED, reason=TerminationReason.PREFLIGHT_FAILED, message=str(exc)
                 )
             io.pump.join()
-            outcome = _outcome(result, io.pump, job, held.beat)
+            stopped = WORKER_STOPPING.reason if held.beat.worker_stopped else None
+            outcome = outcome_of(result, io.pump, job, stopped)
             io.summary = f"[eyas] {outcome.state.value}: {outcome.reason} (exit {result.exit_code})"
             return outcome
+
+    def _record(self, job: ClaimedJob, outcome: Outcome) -> None:
+        def record(session: Session) -> None:
+            if not lifecycle.finish(session, self.settings, job_id=job.id, outcome=outcome, claimed=job):
+                logger.warning(
+                    "job %s: attempt %d was given up as lost; its end is not recorded", job.id, job.attempt
+                )
+                return
+            server_state = "stopped" if outcome.state != JobState.FAILED else "failed"
+            servers.end_server_of_job(session, job_id=job.id, state=server_state, message=outcome.message)
+            lifecycle.mark_reaped(session, job_id=job.id)
+
+        self._store(job, "its outcome", record)
 
     def _started(self, held: _Held, started: proc.StartedProcess, pump: EventPump) -> None:
         held.phase("spawned")
@@ -371,80 +384,3 @@ class _Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
-
-
-def _outcome(result: proc.CommandResult, pump: EventPump, job: ClaimedJob, beat: _Heartbeat) -> Outcome:
-    exit_code = result.exit_code
-    if result.cancelled and beat.worker_stopped:
-        return Outcome(
-            state=JobState.FAILED,
-            reason=TerminationReason.WORKER_LOST,
-            message=f"its worker stopped: {WORKER_STOPPING.reason}",
-            exit_code=exit_code,
-        )
-    if result.cancelled:
-        return Outcome(
-            state=JobState.CANCELLED,
-            reason=TerminationReason.USER_CANCELLED,
-            message="cancelled",
-            exit_code=exit_code,
-        )
-    if result.timed_out:
-        return Outcome(
-            state=JobState.FAILED,
-            reason=TerminationReason.TIMEOUT,
-            message=f"ran past its timeout of {job.timeout_s} s",
-            exit_code=exit_code,
-        )
-    if exit_code == 0 and pump.result is not None:
-        return Outcome(
-            state=JobState.SUCCEEDED, reason=TerminationReason.SUCCEEDED, exit_code=0, result=pump.result
-        )
-    if pump.error is not None:
-        return Outcome(
-            state=JobState.FAILED,
-            reason=str(pump.error.reason or TerminationReason.STAGE_ERROR),
-            message=str(pump.error.message),
-            exit_code=exit_code,
-            result=pump.error.details or None,
-        )
-    return Outcome(
-        state=JobState.FAILED,
-        reason=TerminationReason.NONZERO_EXIT,
-        message=f"the stage process exited with {exit_code} without a result",
-        exit_code=exit_code,
-    )
-
-
-def _child_argv(
-    job: ClaimedJob, params_file: Path, work_dir: Path, gpus: list[int], event_fd: int, settings: Settings
-) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "workers.stage_main",
-        "--kind",
-        job.kind,
-        "--params-file",
-        str(params_file),
-        "--event-fd",
-        str(event_fd),
-        "--work-dir",
-        str(work_dir),
-        "--job-id",
-        str(job.id),
-        "--gpus",
-        ",".join(map(str, gpus)),
-    ]
-    for root in settings.allowed_roots:
-        argv += ["--allowed-root", str(root)]
-    return argv
-
-
-def _child_env(settings: Settings, gpus: list[int]) -> dict[str, str]:
-    env = settings.child_env()
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = str(PROJECT_ROOT) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # so CUDA's numbering matches NVML's indices
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-    return env

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from contract.events import ErrorEvent, ResultEvent, to_line
 from contract.params.common import StageParams
 from contract.reasons import TerminationReason
 from contract.stages import STAGES
@@ -119,12 +120,14 @@ def _load_params(kind: str, params_file: Path) -> StageParams:
 
 def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params_file: Path) -> int:
     try:
+        # The worker's one validation of the params and one check of their host paths (nested ones too),
+        # before the stage starts: stages trust what ctx and params hold.
         params = _load_params(kind, params_file)
         for path in params.host_paths():
             ctx.check_path(path)
         result = load_stage(kind)(ctx, params)
     except StageCancelled:
-        sink.emit({"type": "error", "reason": TerminationReason.USER_CANCELLED, "message": "cancelled"})
+        sink.emit(to_line(ErrorEvent(reason=TerminationReason.USER_CANCELLED, message="cancelled")))
         # A rank that stopped on request exits cleanly: its launcher knows it cancelled, and torchrun would
         # report a non-zero exit as a failed worker.
         return 0 if isinstance(sink, RankSink) else EXIT_CANCELLED
@@ -132,21 +135,17 @@ def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params_file: Pat
         # A user-given file a stage refused to read (a FIFO, a device, too large) is bad input, not a crash.
         exc = caught if isinstance(caught, StageError) else StageError.bad_input(caught)
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
-        sink.emit({"type": "error", "reason": exc.reason, "message": exc.message, "details": exc.details})
+        sink.emit(to_line(ErrorEvent(reason=exc.reason, message=exc.message, details=exc.details)))
         return exc.exit_code or 1
     except Exception as exc:
         traceback.print_exc()
         sink.emit(
-            {
-                "type": "error",
-                "reason": TerminationReason.STAGE_ERROR,
-                "message": f"{type(exc).__name__}: {exc}",
-            }
+            to_line(ErrorEvent(reason=TerminationReason.STAGE_ERROR, message=f"{type(exc).__name__}: {exc}"))
         )
         return 1
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json")
-    sink.emit({"type": "result", "result": result if isinstance(result, dict) else {"value": result}})
+    sink.emit(to_line(ResultEvent(result=result if isinstance(result, dict) else {"value": result})))
     return 0
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from contract.events import ArtifactEvent, MetricEvent, ProgressEvent, to_line
 from contract.reasons import TerminationReason
 from drafting.userfiles import UserFileError
 
@@ -84,13 +85,13 @@ class StageContext:
         print(text, file=out, flush=True)
 
     def progress(self, fraction: float, message: str = "") -> None:
-        self.sink.emit({"type": "progress", "fraction": max(0.0, min(1.0, fraction)), "message": message})
+        self.sink.emit(to_line(ProgressEvent(fraction=max(0.0, min(1.0, fraction)), message=message)))
 
     def metric(self, name: str, value: float, step: int) -> None:
-        self.sink.emit({"type": "metric", "name": name, "value": float(value), "step": int(step)})
+        self.sink.emit(to_line(MetricEvent(name=name, value=float(value), step=int(step))))
 
     def artifact(self, kind: str, path: str | Path, meta: dict[str, Any] | None = None) -> None:
-        self.sink.emit({"type": "artifact", "kind": kind, "path": str(path), "meta": meta or {}})
+        self.sink.emit(to_line(ArtifactEvent(kind=kind, path=str(path), meta=meta or {})))
 
     def check_cancelled(self) -> None:
         if self.cancel.is_set():

@@ -83,6 +83,45 @@ def run(ctx: StageContext, params: TrainParams) -> dict[str, Any]:
         raise StageCancelled() from None
 
 
+@dataclass
+class _Run:
+    """One training run's state, shared by its checkpoints: rank 0 alone writes them."""
+
+    ctx: StageContext
+    params: TrainParams
+    ranks: Ranks
+    inputs: _Inputs
+    fingerprint: dict[str, Any]
+    drafter: Eagle3Drafter
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    position: RunPosition
+
+    def save_position(self, at: RunPosition) -> None:
+        """The training state, to resume from."""
+        if not self.ranks.is_main:
+            return
+        save_state(
+            self.inputs.output,
+            drafter=self.drafter,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            position=at,
+            fingerprint=self.fingerprint,
+        )
+
+    def save_epoch(self, epoch: int, summary: dict[str, float]) -> Path:
+        """An epoch's drafter checkpoint (an artifact), and its line in run.json."""
+        folder = self.inputs.output / f"epoch_{epoch + 1}"
+        if not self.ranks.is_main:
+            return folder
+        save_drafter(self.drafter, folder, target_config=self.inputs.target_config)
+        meta = {"epoch": epoch + 1, "global_step": self.position.global_step, **summary}
+        self.ctx.artifact("drafter", folder, meta)
+        _record_epoch(self.inputs.output, self.params, summary)
+        return folder
+
+
 def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
     ctx = quiet_unless_main(ctx, ranks)
     inputs = _resolve(ctx, params, ranks)
@@ -100,16 +139,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
             "no training samples left after the validation split", reason=TerminationReason.DATA_MISMATCH
         )
     plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks)
-    settings = OptimSettings(
-        lr=params.lr,
-        warmup_steps=params.warmup_steps
-        if params.warmup_steps is not None
-        else round(params.warmup_ratio * plan.total_steps),
-        total_steps=plan.total_steps,
-        schedule=params.schedule,
-        weight_decay=params.weight_decay,
-        grad_clip=params.grad_clip,
-    )
+    settings = _optim_settings(params, plan.total_steps)
     optimizer, scheduler = make_optimizer(drafter, settings, inputs.device)
     position = (
         restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
@@ -130,30 +160,31 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         ranks=ranks,
         compile_drafter=_compiles(params, inputs.device, plan.total_steps),
     )
+    run = _Run(ctx, params, ranks, inputs, fingerprint, drafter, optimizer, scheduler, position)
+    _fit(run, trainer, plan)
+    if not ranks.is_main:
+        return {"rank": ranks.rank}
+    return _result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
 
-    def save_position(at: RunPosition) -> None:
-        if not ranks.is_main:
-            return
-        save_state(
-            inputs.output,
-            drafter=drafter,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            position=at,
-            fingerprint=fingerprint,
-        )
 
-    def save_epoch(epoch: int, summary: dict[str, float]) -> Path:
-        folder = inputs.output / f"epoch_{epoch + 1}"
-        if not ranks.is_main:
-            return folder
-        save_drafter(drafter, folder, target_config=inputs.target_config)
-        ctx.artifact("drafter", folder, {"epoch": epoch + 1, "global_step": position.global_step, **summary})
-        _record_epoch(inputs.output, params, summary)
-        return folder
+def _optim_settings(params: TrainParams, total_steps: int) -> OptimSettings:
+    warmup = params.warmup_steps
+    return OptimSettings(
+        lr=params.lr,
+        warmup_steps=warmup if warmup is not None else round(params.warmup_ratio * total_steps),
+        total_steps=total_steps,
+        schedule=params.schedule,
+        weight_decay=params.weight_decay,
+        grad_clip=params.grad_clip,
+    )
 
+
+def _fit(run: _Run, trainer: Trainer, plan: LoopPlan) -> None:
+    """The training loop, its failures as the stage's errors."""
     try:
-        run_training(trainer, plan, position, ctx, save_state=save_position, save_epoch=save_epoch)
+        run_training(
+            trainer, plan, run.position, run.ctx, save_state=run.save_position, save_epoch=run.save_epoch
+        )
     except NonFiniteLoss as exc:
         raise StageError(
             f"{exc}: lower lr, or check the extraction for non-finite states",
@@ -166,9 +197,6 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
             reason=TerminationReason.OUT_OF_MEMORY,
             details={"batch_size": exc.batch_size, "seq_len": exc.seq_len},
         ) from None
-    if not ranks.is_main:
-        return {"rank": ranks.rank}
-    return _result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
 
 
 def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:

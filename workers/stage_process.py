@@ -1,0 +1,95 @@
+"""How the runner starts a stage's process (`python -m workers.stage_main …`) and reads how it ended."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from app.core.config import Settings
+from app.jobs.lifecycle import ClaimedJob, Outcome
+from app.jobs.states import JobState
+from contract.reasons import TerminationReason
+from drafting import proc
+from workers.events import EventPump
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def outcome_of(
+    result: proc.CommandResult, pump: EventPump, job: ClaimedJob, worker_stopped: str | None
+) -> Outcome:
+    """How the stage process ended: `worker_stopped` is why its worker stopped it, if it did."""
+    exit_code = result.exit_code
+    if result.cancelled and worker_stopped is not None:
+        return Outcome(
+            state=JobState.FAILED,
+            reason=TerminationReason.WORKER_LOST,
+            message=f"its worker stopped: {worker_stopped}",
+            exit_code=exit_code,
+        )
+    if result.cancelled:
+        return Outcome(
+            state=JobState.CANCELLED,
+            reason=TerminationReason.USER_CANCELLED,
+            message="cancelled",
+            exit_code=exit_code,
+        )
+    if result.timed_out:
+        return Outcome(
+            state=JobState.FAILED,
+            reason=TerminationReason.TIMEOUT,
+            message=f"ran past its timeout of {job.timeout_s} s",
+            exit_code=exit_code,
+        )
+    if exit_code == 0 and pump.result is not None:
+        return Outcome(
+            state=JobState.SUCCEEDED, reason=TerminationReason.SUCCEEDED, exit_code=0, result=pump.result
+        )
+    if pump.error is not None:
+        return Outcome(
+            state=JobState.FAILED,
+            reason=str(pump.error.reason or TerminationReason.STAGE_ERROR),
+            message=str(pump.error.message),
+            exit_code=exit_code,
+            result=pump.error.details or None,
+        )
+    return Outcome(
+        state=JobState.FAILED,
+        reason=TerminationReason.NONZERO_EXIT,
+        message=f"the stage process exited with {exit_code} without a result",
+        exit_code=exit_code,
+    )
+
+
+def child_argv(
+    job: ClaimedJob, params_file: Path, work_dir: Path, gpus: list[int], event_fd: int, settings: Settings
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "workers.stage_main",
+        "--kind",
+        job.kind,
+        "--params-file",
+        str(params_file),
+        "--event-fd",
+        str(event_fd),
+        "--work-dir",
+        str(work_dir),
+        "--job-id",
+        str(job.id),
+        "--gpus",
+        ",".join(map(str, gpus)),
+    ]
+    for root in settings.allowed_roots:
+        argv += ["--allowed-root", str(root)]
+    return argv
+
+
+def child_env(settings: Settings, gpus: list[int]) -> dict[str, str]:
+    env = settings.child_env()
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # so CUDA's numbering matches NVML's indices
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    return env

@@ -17,10 +17,10 @@ from app.core.errors import AppError
 from app.core.queue import enqueue_after_commit
 from app.hosts import service as hosts_service
 from app.jobs import refs, repository, results
-from app.jobs.service import validate_params
-from app.jobs.states import ACTIVE, TERMINAL, JobState, TransitionConflict, transition
+from app.jobs.states import ACTIVE, TERMINAL, EventReason, JobState, TransitionConflict, transition
 from app.models.base import utcnow
 from app.models.job import Job
+from contract.reasons import TerminationReason
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def requeue(session: Session, *, job_id: uuid.UUID, message: str) -> None:
         session,
         job,
         JobState.QUEUED,
-        reason="REQUEUED",
+        reason=EventReason.REQUEUED,
         message=message,
         extra={"attempt": max(0, job.attempt - 1), "dispatched_at": utcnow()},
     )
@@ -157,7 +157,7 @@ def settle_dependents(session: Session, settings: Settings, job: Job) -> None:
                 session,
                 dependent,
                 JobState.FAILED,
-                reason="DEPENDENCY_FAILED",
+                reason=TerminationReason.DEPENDENCY_FAILED,
                 message=f"dependency {job.id} ended {job.state} ({job.termination_reason})",
             )
             settle_dependents(session, settings, dependent)
@@ -170,12 +170,10 @@ def settle_dependents(session: Session, settings: Settings, job: Job) -> None:
 def _queue_dependent(session: Session, settings: Settings, job: Job) -> None:
     """All dependencies succeeded: fill artifact references, re-validate, and queue the job."""
     try:
-        resolved = refs.resolve(session, job)
-        if resolved is not None:
-            job.params = validate_params(job.kind, resolved).model_dump(mode="json")
+        refs.fill(session, job)
     except (refs.MissingArtifact, AppError) as exc:
         message = exc.detail if isinstance(exc, AppError) else str(exc)
-        transition(session, job, JobState.FAILED, reason="DEPENDENCY_FAILED", message=message)
+        transition(session, job, JobState.FAILED, reason=TerminationReason.DEPENDENCY_FAILED, message=message)
         settle_dependents(session, settings, job)
         return
     transition(session, job, JobState.QUEUED, extra={"dispatched_at": utcnow(), "dispatch_count": 1})
@@ -206,14 +204,14 @@ def lose(session: Session, settings: Settings, job: Job, *, message: str) -> boo
                 session,
                 job,
                 JobState.QUEUED,
-                reason="WORKER_LOST",
+                reason=TerminationReason.WORKER_LOST,
                 message=message + "; retrying",
                 extra={"dispatched_at": utcnow(), "gpu_indices": None},
             )
             assert job.host is not None
             enqueue_after_commit(session, settings, str(job.id), job.host)
         else:
-            transition(session, job, JobState.FAILED, reason="WORKER_LOST", message=message)
+            transition(session, job, JobState.FAILED, reason=TerminationReason.WORKER_LOST, message=message)
             settle_dependents(session, settings, job)
     except TransitionConflict:
         return False

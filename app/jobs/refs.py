@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.artifacts import repository as artifacts
+from app.jobs.params import validate_params
 from app.models.artifact import Artifact
 from app.models.job import Job
 
@@ -38,6 +39,14 @@ def resolve(session: Session, job: Job) -> dict[str, Any] | None:
             raise MissingArtifact(f"job {source['job']} produced no {kind} artifact for {dotted}")
         _set(params, dotted.split("."), newest.path)
     return params
+
+
+def fill(session: Session, job: Job) -> None:
+    """Fill the job's params from the artifacts its references name, then validate them again (its stage's
+    model). The one place references are filled. Raises MissingArtifact, or AppError for invalid params."""
+    resolved = resolve(session, job)
+    if resolved is not None:
+        job.params = validate_params(job.kind, resolved).model_dump(mode="json")
 
 
 def _newest(session: Session, source: dict[str, str]) -> Artifact | None:

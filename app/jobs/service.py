@@ -7,25 +7,25 @@ import hashlib
 import json
 import uuid
 from datetime import datetime
-from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.errors import AppError, ErrorCode, error_message, found_or_404
+from app.core.errors import AppError, ErrorCode, found_or_404
 from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
 from app.hosts import repository as hosts_repo
 from app.hosts import service as hosts_service
-from app.jobs import repository
+from app.jobs import refs, repository
+from app.jobs.params import validate_params
 from app.jobs.schemas import JobCreate
-from app.jobs.states import TERMINAL, JobState, transition
+from app.jobs.states import TERMINAL, EventReason, JobState, transition
 from app.models.base import utcnow
 from app.models.job import Job, JobEvent, JobMetric
 from contract.params.common import StageParams
-from contract.stages import STAGES
+from contract.reasons import TerminationReason
 
 
 def submit_job(
@@ -36,8 +36,13 @@ def submit_job(
     principal: Principal,
     idempotency_key: str | None = None,
     pipeline_id: uuid.UUID | None = None,
+    pipeline_step: str | None = None,
+    param_refs: dict[str, dict[str, str]] | None = None,
 ) -> tuple[Job, bool]:
-    """Create a job (or return the one an idempotency key already made). Returns (job, created)."""
+    """Create a job (or return the one an idempotency key already made). Returns (job, created).
+
+    A pipeline's step names its place (`pipeline_step`) and the params it reads from earlier steps'
+    artifacts (`param_refs`, filled when it is queued: now, if its dependencies already succeeded)."""
     body_hash = request_hash(spec)
     if idempotency_key is not None:
         existing = replayed_job(session, principal, idempotency_key, body_hash)
@@ -54,42 +59,33 @@ def submit_job(
     _check_paths_allowed(session, host, params)
     deps = _checked_dependencies(session, spec.depends_on)
     job = _new_job(spec, params, host=host, gpus=gpus, principal=principal, pipeline_id=pipeline_id)
-    job.state = JobState.QUEUED if all(d.state == JobState.SUCCEEDED for d in deps) else JobState.PENDING
-    repository.add(session, job)
-    session.flush()
+    job.pipeline_step, job.param_refs = pipeline_step, param_refs or None
+    if all(d.state == JobState.SUCCEEDED for d in deps):
+        transition(
+            session,
+            job,
+            JobState.QUEUED,
+            reason=EventReason.SUBMITTED,
+            extra={"dispatched_at": utcnow(), "dispatch_count": 1},
+        )
+    else:
+        transition(session, job, JobState.PENDING, reason=EventReason.SUBMITTED)
     repository.add_dependencies(session, job.id, [d.id for d in deps])
-    session.add(JobEvent(job_id=job.id, from_state=None, to_state=job.state, reason="SUBMITTED"))
     if idempotency_key is not None:
         remember_key(session, principal, idempotency_key, body_hash, job)
     if job.state == JobState.QUEUED:
-        job.queued_at = job.dispatched_at = utcnow()
-        job.dispatch_count = 1
+        if job.param_refs:
+            _fill_refs_now(session, job)
         enqueue_after_commit(session, settings, str(job.id), host)
     return job, True
 
 
-def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
-    if kind not in STAGES:
-        raise AppError(
-            ErrorCode.UNKNOWN_KIND,
-            f"unknown job kind {kind!r}; known kinds: {', '.join(STAGES)}",
-            errors=[{"field": "kind", "message": "unknown kind"}],
-        )
+def _fill_refs_now(session: Session, job: Job) -> None:
+    """Its dependencies already succeeded (a pipeline's retry): read their artifacts now."""
     try:
-        return STAGES[kind].parse(raw)
-    except ValidationError as exc:
-        errors = [
-            {
-                "field": ".".join(["params", *map(str, e["loc"])]),
-                "message": error_message(e),
-                "type": e["type"],
-            }
-            for e in exc.errors()
-        ]
-        first = errors[0]
-        raise AppError(
-            ErrorCode.INVALID_PARAMS, f"{first['field']}: {first['message']}", errors=errors
-        ) from None
+        refs.fill(session, job)
+    except refs.MissingArtifact as exc:
+        raise AppError(ErrorCode.UNKNOWN_DEPENDENCY, f"cannot retry: {exc}") from None
 
 
 def get_job(session: Session, job_id: uuid.UUID) -> Job:
@@ -124,7 +120,9 @@ def list_jobs(
     return rows, next_cursor
 
 
-def request_cancel(session: Session, *, job_id: uuid.UUID, reason: str = "USER_CANCELLED") -> Job:
+def request_cancel(
+    session: Session, *, job_id: uuid.UUID, reason: TerminationReason = TerminationReason.USER_CANCELLED
+) -> Job:
     """Queued and pending jobs end at once; active ones go to `cancelling` and their worker ends them."""
     job = get_job(session, job_id)
     state = JobState(job.state)

@@ -25,6 +25,14 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class EventReason(StrEnum):
+    """Why a job changed state without ending (an ending's reason is a contract.reasons.TerminationReason)."""
+
+    SUBMITTED = "SUBMITTED"
+    REQUEUED = "REQUEUED"
+
+
+INITIAL = frozenset({JobState.PENDING, JobState.QUEUED})  # a new job waits on dependencies, or is queued
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CANCELLING})
 
@@ -72,6 +80,8 @@ def transition(
     (a duplicate delivery, a cancel against a finish, the reaper) cannot both win. An illegal move raises
     409 INVALID_TRANSITION; a lost race raises TransitionConflict (also a 409).
     """
+    if job.state is None:
+        return _enter(session, job, target, reason=reason, extra=extra or {})
     current = JobState(job.state)
     if target not in ALLOWED[current]:
         raise AppError(
@@ -102,6 +112,24 @@ def transition(
     )
     session.add(event)
     session.flush()
+    return event
+
+
+def _enter(
+    session: Session, job: Job, target: JobState, *, reason: str | None, extra: dict[str, Any]
+) -> JobEvent:
+    """A new job's first state: the row is inserted in it, and its first event recorded."""
+    if target not in INITIAL:
+        raise AppError(ErrorCode.INVALID_TRANSITION, f"a new job cannot start {target.value}")
+    job.state = target.value
+    if (field := _TIMESTAMP_ON_ENTRY.get(target)) is not None:
+        setattr(job, field, job.updated_at)
+    for key, value in extra.items():
+        setattr(job, key, value)
+    session.add(job)
+    session.flush()
+    event = JobEvent(job_id=job.id, from_state=None, to_state=target.value, reason=reason)
+    session.add(event)
     return event
 
 

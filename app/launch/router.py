@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
-from app.core.db import session_scope
 from app.core.errors import AppError, ErrorCode
-from app.core.security import Principal
-from app.jobs.waiting import wait_terminal
 from app.launch import service
 from app.launch.schemas import RenderRequest, RenderResult
 from app.tokens.deps import SubmitPrincipal
@@ -24,7 +19,7 @@ router = APIRouter(prefix="/v1/launch", tags=["launch"])
 @router.post("/render", response_model=RenderResult)
 async def render(body: RenderRequest, request: Request, principal: SubmitPrincipal) -> RenderResult:
     """Render and check a launch on its host (a dry run): argv, env and every finding; nothing starts."""
-    return await _render(body, request, principal)
+    return await service.render(request.app.state.settings, body=body, principal=principal, request=request)
 
 
 @router.get("/render", response_model=RenderResult)
@@ -40,16 +35,4 @@ async def render_get(
         body = RenderRequest(spec=json.loads(spec), host=host, timeout=timeout)
     except (json.JSONDecodeError, ValidationError, TypeError) as exc:
         raise AppError(ErrorCode.VALIDATION_FAILED, f"spec: {str(exc).splitlines()[0]}") from None
-    return await _render(body, request, principal)
-
-
-async def _render(body: RenderRequest, request: Request, principal: Principal) -> RenderResult:
-    settings = request.app.state.settings
-
-    def submit() -> uuid.UUID:
-        with session_scope(settings) as session:
-            return service.submit_dry_run(session, settings, body=body, principal=principal).id
-
-    job_id = await run_in_threadpool(submit)
-    job = await wait_terminal(settings, job_id, body.timeout, request)
-    return service.result_of(job)
+    return await service.render(request.app.state.settings, body=body, principal=principal, request=request)

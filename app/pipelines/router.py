@@ -6,32 +6,13 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
-from sqlalchemy.orm import Session
 
 from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
-from app.jobs.schemas import JobRead
-from app.models.pipeline import Pipeline
 from app.pipelines import service
 from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
 from app.tokens.deps import ReadPrincipal, SubmitPrincipal
 
 router = APIRouter(prefix="/v1/pipelines", tags=["pipelines"])
-
-
-def _read(session: Session, pipeline: Pipeline) -> PipelineRead:
-    latest = service.latest_jobs(session, pipeline)
-    state, failed_step = service.state_of(latest)
-    return PipelineRead(
-        id=pipeline.id,
-        template=pipeline.template,
-        state=state,
-        host=pipeline.host,
-        created_at=pipeline.created_at,
-        retries=pipeline.retries,
-        spec=pipeline.spec,
-        failed_step=failed_step,
-        jobs=[JobRead.of(j) for j in latest.values()],
-    )
 
 
 @router.post(
@@ -55,7 +36,7 @@ def create_pipeline(
         session, settings, spec=body, principal=principal, idempotency_key=idempotency_key
     )
     created_or_replayed(response, created)
-    return _read(session, pipeline)
+    return pipeline
 
 
 @router.get("", response_model=list[PipelineRead])
@@ -63,19 +44,19 @@ def list_pipelines(
     session: SessionDep, _: ReadPrincipal, limit: Annotated[int, Query(ge=1, le=200)] = 50
 ) -> list[PipelineRead]:
     """Pipelines, newest first, with their steps' latest jobs."""
-    return [_read(session, p) for p in service.list_pipelines(session, limit=limit)]
+    return service.list_pipelines(session, limit=limit)
 
 
 @router.get("/{pipeline_id}", response_model=PipelineRead)
 def get_pipeline(pipeline_id: uuid.UUID, session: SessionDep, _: ReadPrincipal) -> PipelineRead:
     """One pipeline: every step's state, progress and result, and the first step that failed."""
-    return _read(session, service.get_pipeline(session, pipeline_id))
+    return service.read_pipeline(session, pipeline_id)
 
 
 @router.post("/{pipeline_id}/cancel", response_model=PipelineRead, status_code=status.HTTP_202_ACCEPTED)
 def cancel_pipeline(pipeline_id: uuid.UUID, session: SessionDep, _: SubmitPrincipal) -> PipelineRead:
     """Cancel the running and waiting steps."""
-    return _read(session, service.cancel_pipeline(session, pipeline_id=pipeline_id))
+    return service.cancel_pipeline(session, pipeline_id=pipeline_id)
 
 
 @router.post("/{pipeline_id}/retry", response_model=PipelineRead)
@@ -83,6 +64,4 @@ def retry_pipeline(
     pipeline_id: uuid.UUID, session: SessionDep, settings: SettingsDep, principal: SubmitPrincipal
 ) -> PipelineRead:
     """Rerun from the failed step, reusing what the succeeded steps produced."""
-    return _read(
-        session, service.retry_pipeline(session, settings, pipeline_id=pipeline_id, principal=principal)
-    )
+    return service.retry_pipeline(session, settings, pipeline_id=pipeline_id, principal=principal)

@@ -12,13 +12,13 @@ from app.core.errors import AppError, ErrorCode, found_or_404
 from app.core.security import Principal
 from app.jobs import refs
 from app.jobs import service as jobs
-from app.jobs.schemas import JobCreate
+from app.jobs.schemas import JobCreate, JobRead
 from app.jobs.states import ACTIVE, TERMINAL, JobState
 from app.models.base import utcnow
 from app.models.job import Job
 from app.models.pipeline import Pipeline
 from app.pipelines import repository
-from app.pipelines.schemas import Eagle3PipelineCreate
+from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
 from app.pipelines.templates import EAGLE3_STEPS, StepPlan, eagle3_plan
 
 _ENDED_BADLY = (JobState.FAILED, JobState.CANCELLED)
@@ -31,7 +31,7 @@ def create_pipeline(
     spec: Eagle3PipelineCreate,
     principal: Principal,
     idempotency_key: str | None = None,
-) -> tuple[Pipeline, bool]:
+) -> tuple[PipelineRead, bool]:
     """Validate every step now (a bad param is a 422 before anything runs), then submit the chain.
 
     Returns (pipeline, created); a replayed Idempotency-Key returns the pipeline it made."""
@@ -40,7 +40,7 @@ def create_pipeline(
     if key is not None:
         first = jobs.replayed_job(session, principal, key, body_hash)
         if first is not None and first.pipeline_id is not None:
-            return get_pipeline(session, first.pipeline_id), False
+            return read(session, get_pipeline(session, first.pipeline_id)), False
     pipeline = Pipeline(
         id=uuid.uuid4(),
         template=spec.template,
@@ -50,23 +50,44 @@ def create_pipeline(
         created_at=utcnow(),
         retries=0,
     )
-    plans = _plans(pipeline)
-    for plan in plans:
-        jobs.validate_params(plan.kind, plan.params)
+    plans = _plans(pipeline)  # each step's params are validated as it is submitted; a bad one undoes all
     repository.add(session, pipeline)
     session.flush()
     made = _submit_steps(session, settings, pipeline, plans, done={}, principal=principal)
     if key is not None:
         jobs.remember_key(session, principal, key, body_hash, made[0])
-    return pipeline, True
+    return read(session, pipeline), True
 
 
 def get_pipeline(session: Session, pipeline_id: uuid.UUID) -> Pipeline:
     return found_or_404(repository.get(session, pipeline_id), f"no pipeline {pipeline_id}")
 
 
-def list_pipelines(session: Session, *, limit: int) -> list[Pipeline]:
-    return repository.page(session, limit=limit)
+def read(session: Session, pipeline: Pipeline) -> PipelineRead:
+    """The pipeline as the API shows it: its steps' latest jobs, its state, the first step that failed."""
+    latest = latest_jobs(session, pipeline)
+    state, failed_step = state_of(latest)
+    return PipelineRead(
+        id=pipeline.id,
+        template=pipeline.template,
+        state=state,
+        host=pipeline.host,
+        created_at=pipeline.created_at,
+        retries=pipeline.retries,
+        spec=pipeline.spec,
+        failed_step=failed_step,
+        jobs=[JobRead.of(j) for j in latest.values()],
+    )
+
+
+def read_pipeline(session: Session, pipeline_id: uuid.UUID) -> PipelineRead:
+    """One pipeline as the API shows it (404 if unknown)."""
+    return read(session, get_pipeline(session, pipeline_id))
+
+
+def list_pipelines(session: Session, *, limit: int) -> list[PipelineRead]:
+    """Pipelines, newest first, as the API shows them."""
+    return [read(session, p) for p in repository.page(session, limit=limit)]
 
 
 def latest_jobs(session: Session, pipeline: Pipeline) -> dict[str, Job]:
@@ -95,7 +116,7 @@ def state_of(latest: dict[str, Job]) -> tuple[str, str | None]:
     return "queued", None
 
 
-def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> Pipeline:
+def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> PipelineRead:
     """Cancel what is running and what waits; finished steps stay as they are. A pipeline whose every step
     already ended has nothing to cancel: 409, as for a job that ended."""
     pipeline = get_pipeline(session, pipeline_id)
@@ -108,12 +129,12 @@ def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> Pipeline:
     for job in latest.values():
         if job.state not in TERMINAL and job.state != JobState.CANCELLING:
             jobs.request_cancel(session, job_id=job.id)
-    return pipeline
+    return read(session, pipeline)
 
 
 def retry_pipeline(
     session: Session, settings: Settings, *, pipeline_id: uuid.UUID, principal: Principal
-) -> Pipeline:
+) -> PipelineRead:
     """Run again from the first failed (or cancelled) step; steps that succeeded keep their artifacts."""
     pipeline = get_pipeline(session, pipeline_id)
     latest = latest_jobs(session, pipeline)
@@ -125,7 +146,7 @@ def retry_pipeline(
     done = {p.step: latest[p.step] for p in plans[:first]}
     pipeline.retries += 1
     _submit_steps(session, settings, pipeline, plans[first:], done=done, principal=principal)
-    return pipeline
+    return read(session, pipeline)
 
 
 def _plans(pipeline: Pipeline) -> list[StepPlan]:
@@ -153,23 +174,16 @@ def _submit_steps(
             host=host,
             depends_on=[previous.id] if previous is not None else [],
         )
-        job, _ = jobs.submit_job(session, settings, spec=spec, principal=principal, pipeline_id=pipeline.id)
-        job.pipeline_step = plan.step
-        job.param_refs = {
-            param: refs.ref(made[step].id, kind) for param, (step, kind) in plan.refs.items()
-        } or None
-        if job.state == JobState.QUEUED and job.param_refs:
-            _fill_refs_now(session, job)  # its dependency already succeeded (a retry): read its artifact now
+        job, _ = jobs.submit_job(
+            session,
+            settings,
+            spec=spec,
+            principal=principal,
+            pipeline_id=pipeline.id,
+            pipeline_step=plan.step,
+            param_refs={param: refs.ref(made[step].id, kind) for param, (step, kind) in plan.refs.items()},
+        )
         host = host or job.host
         made[plan.step] = previous = job
     session.flush()
     return [made[p.step] for p in plans]
-
-
-def _fill_refs_now(session: Session, job: Job) -> None:
-    try:
-        resolved = refs.resolve(session, job)
-    except refs.MissingArtifact as exc:
-        raise AppError(ErrorCode.UNKNOWN_DEPENDENCY, f"cannot retry: {exc}") from None
-    if resolved is not None:
-        job.params = jobs.validate_params(job.kind, resolved).model_dump(mode="json")

@@ -42,10 +42,11 @@ def prepare_launch(
 ) -> RenderedLaunch:
     """Render with the draft's real config and add every host check; errors mean: do not start.
 
-    A dry run holds no GPU lease, so it is judged against the GPUs a real launch of the spec would hold on
-    this host (`host_gpu_count`, read through NVML when not given), not the none it holds itself.
+    A dry run submitted through the API holds no GPU lease, so it is judged against the GPUs a real launch of
+    the spec would hold on this host (`host_gpu_count`, read through NVML when not given), not the none it
+    holds itself; a dry run that does hold GPUs (a job given `gpus`) is judged against those.
     """
-    if params.dry_run:
+    if params.dry_run and not gpus:
         count = host_gpu_count if host_gpu_count is not None else host_inventory_count()
         gpus = gpus_a_launch_would_hold(params, count)
         host = replace(host, gpu_count=len(gpus))

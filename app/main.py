@@ -26,7 +26,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     register_result_recorders()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:  # noqa: ARG001 - FastAPI's lifespan signature
         loop = MaintenanceLoop(settings) if settings.api_maintenance else None
         if loop is not None:
             loop.start()

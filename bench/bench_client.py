@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drafting.serving.load_client import LoadOptions, run_load  # noqa: E402
-from drafting.serving.prompts import Prompt  # noqa: E402
+from drafting.serving.load_client import LoadOptions, run_load
+from drafting.serving.prompts import Prompt
 
 TOKENS_PER_ANSWER = 16
 

@@ -35,10 +35,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drafting.ml._writer import AsyncWriter  # noqa: E402
-from drafting.ml.capture import decoder_of, extraction_indices  # noqa: E402
-from drafting.ml.extraction import PendingSample, extract_batches  # noqa: E402
-from drafting.ml.hidden_store import HIDDEN_DIR, bytes_per_token  # noqa: E402
+from drafting.ml._writer import AsyncWriter
+from drafting.ml.capture import decoder_of, extraction_indices
+from drafting.ml.extraction import PendingSample, extract_batches
+from drafting.ml.hidden_store import HIDDEN_DIR, bytes_per_token
 
 FULL = {
     "hidden_size": 2048,

@@ -25,10 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drafting.ml.drafter import Eagle3Drafter  # noqa: E402
-from drafting.ml.target_head import TargetHead  # noqa: E402
-from drafting.ml.train_data import Batch  # noqa: E402
-from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer  # noqa: E402
+from drafting.ml.drafter import Eagle3Drafter
+from drafting.ml.target_head import TargetHead
+from drafting.ml.train_data import Batch
+from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer
 
 EIGHT_B = {
     "hidden_size": 4096,

@@ -9,6 +9,7 @@ marker, so no output a program writes can crash the reader.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -268,10 +269,8 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 def _kill_all(processes: list[psutil.Process]) -> None:
     for proc in processes:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:

@@ -19,7 +19,7 @@ def eyas(
     env = {**worker_env(settings), "EYAS_URL": url}
     if token:
         env["EYAS_TOKEN"] = token
-    return subprocess.run(  # noqa: S603 - argv list
+    return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
         env=env,
         cwd=ROOT,

@@ -135,5 +135,5 @@ class EventPump:
         try:
             with session_scope(self.settings) as session:
                 action(session)
-        except Exception as exc:  # a lost progress update must not kill the job
+        except Exception as exc:  # noqa: BLE001 - a lost progress update must not kill the job
             logger.warning("job %s: could not record an event: %s", self.job_id, exc)

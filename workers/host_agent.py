@@ -74,7 +74,7 @@ class HostHeartbeat(threading.Thread):
         while True:
             try:
                 report(self.settings, host=self.host, worker=self.worker)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the database may be restarting: beat again next period
                 logger.warning("host heartbeat failed: %s", exc)
             if self._stop.wait(self.settings.heartbeat_s):
                 return

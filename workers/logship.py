@@ -139,7 +139,7 @@ class LogShipper:
                 with session_scope(self.settings) as session:
                     logs.store_lines(session, self.job_id, batch, maybe_stored=retry)
                 break
-            except Exception as exc:  # the database may be restarting: keep the batch and retry
+            except Exception as exc:  # noqa: BLE001 - the database may be restarting: keep the batch and retry
                 logger.warning("log batch for job %s not stored yet (%s); retrying", self.job_id, exc)
                 retry = True  # the failed attempt may have committed before its answer was lost
                 time.sleep(delay)
@@ -177,7 +177,7 @@ class LogShipper:
                     f"log limit {self.settings.max_log_bytes_per_job} bytes per job]",
                 )
                 logs.store_lines(session, self.job_id, [marker])
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - trimming is best effort: the lines are stored already
             logger.warning("could not trim the log of job %s: %s", self.job_id, exc)
 
 

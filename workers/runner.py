@@ -321,7 +321,7 @@ class JobRunner:
         if held.claim.open:
             try:
                 held.claim.commit(mark_running)
-            except Exception as exc:  # the claim is undone (the job is queued still): end the process now
+            except Exception as exc:  # noqa: BLE001 - the claim is undone (the job is queued still): end the process now
                 logger.warning(
                     "job %s: its claim could not be stored (%s); ending its process", held.job.id, exc
                 )
@@ -379,7 +379,7 @@ class _Heartbeat(threading.Thread):
                         session, job_id=self.job.id, worker=self.job.worker, attempt=self.job.attempt
                     ):
                         self.cancel.set()
-            except Exception as exc:  # the database may be restarting; the next beat tries again
+            except Exception as exc:  # noqa: BLE001 - the database may be restarting; the next beat tries again
                 logger.warning("heartbeat for job %s failed: %s", self.job.id, exc)
 
     def stop(self) -> None:

@@ -137,7 +137,7 @@ def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params_file: Pat
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
         sink.emit(to_line(ErrorEvent(reason=exc.reason, message=exc.message, details=exc.details)))
         return exc.exit_code or 1
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any crash of a stage becomes its error event, with the traceback
         traceback.print_exc()
         sink.emit(
             to_line(ErrorEvent(reason=TerminationReason.STAGE_ERROR, message=f"{type(exc).__name__}: {exc}"))

@@ -170,7 +170,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return problem(code, str(exc.detail), instance=request.url.path, headers=headers)
 
     @app.exception_handler(DataError)
-    async def _bad_value(request: Request, exc: DataError) -> JSONResponse:
+    async def _bad_value(request: Request, exc: DataError) -> JSONResponse:  # noqa: ARG001 - Starlette's handler signature
         return problem(
             ErrorCode.VALIDATION_FAILED,
             "a value in the request cannot be stored or compared by the database",
@@ -179,11 +179,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(DBAPIError)
-    async def _db_down(request: Request, exc: Exception) -> JSONResponse:
+    async def _db_down(request: Request, exc: Exception) -> JSONResponse:  # noqa: ARG001 - Starlette's handler signature
         logger.warning("database unavailable: %s", exc.__class__.__name__)
         return problem(ErrorCode.DATABASE_UNAVAILABLE, "the database is unavailable; retry shortly")
 
     @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:  # noqa: ARG001 - Starlette's handler signature
         logger.exception("unhandled error on %s", request.url.path)
         return problem(ErrorCode.INTERNAL, "internal error", instance=request.url.path)

@@ -62,7 +62,7 @@ class MaintenanceLoop(threading.Thread):
                 if time.monotonic() - self._last_retention > _RETENTION_EVERY_S:
                     self._last_retention = time.monotonic()
                     expire_logs(self.settings)
-            except Exception as exc:  # database or broker down: try again next tick
+            except Exception as exc:  # noqa: BLE001 - database or broker down: try again next tick
                 logger.warning("maintenance tick failed: %s", exc)
                 self._healthy_since = None
 

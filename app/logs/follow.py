@@ -63,7 +63,7 @@ class _Feed:
         while True:
             try:
                 await self._fetch()
-            except Exception as exc:  # database restarting: keep followers waiting, try again
+            except Exception as exc:  # noqa: BLE001 - database restarting: keep followers waiting, try again
                 logger.warning("log feed %s: %s", self.job_id, exc)
             if self.followers == 0:
                 idle_since = idle_since or loop.time()
@@ -147,7 +147,7 @@ class LogHub:
                             feed = self.feeds.get(uuid.UUID(name))
                             if feed is not None:
                                 feed.wake.set()
-            except Exception as exc:  # Redis restarting: feeds keep polling meanwhile
+            except Exception as exc:  # noqa: BLE001 - Redis restarting: feeds keep polling meanwhile
                 logger.warning("log pub/sub listener: %s; reconnecting", exc)
                 await asyncio.sleep(1.0)
 

@@ -27,14 +27,14 @@ class UtcDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect: object) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: object) -> datetime | None:  # noqa: ARG002 - SQLAlchemy's TypeDecorator signature
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to a UTC column")
         return value.astimezone(UTC)
 
-    def process_result_value(self, value: datetime | None, dialect: object) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: object) -> datetime | None:  # noqa: ARG002 - SQLAlchemy's TypeDecorator signature
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

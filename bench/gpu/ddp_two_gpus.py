@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from contract.params.train import TrainParams  # noqa: E402
-from drafting.ml.train_state import load_state  # noqa: E402
-from drafting.stages import train  # noqa: E402
-from drafting.stages.base import RecordingSink, StageContext  # noqa: E402
-from tests.ml.tiny import TINY_CONFIG, successor_extraction  # noqa: E402
+from contract.params.train import TrainParams
+from drafting.ml.train_state import load_state
+from drafting.stages import train
+from drafting.stages.base import RecordingSink, StageContext
+from tests.ml.tiny import TINY_CONFIG, successor_extraction
 
 
 def main() -> None:

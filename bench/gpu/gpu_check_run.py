@@ -14,11 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from contract.params.gpu_check import GpuCheckParams  # noqa: E402
-from drafting import proc  # noqa: E402
-from drafting.hostinfo import gate  # noqa: E402
-from drafting.stages import gpu_check  # noqa: E402
-from drafting.stages.base import RecordingSink, StageContext, StageError  # noqa: E402
+from contract.params.gpu_check import GpuCheckParams
+from drafting import proc
+from drafting.hostinfo import gate
+from drafting.stages import gpu_check
+from drafting.stages.base import RecordingSink, StageContext, StageError
 
 HOLD = (
     "import torch, time; x = torch.empty(2 * 2**30, dtype=torch.uint8, device='cuda');"

@@ -24,12 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.bench_extract import FULL  # noqa: E402
-from contract.params.extract import ExtractParams  # noqa: E402
-from contract.params.train import TrainParams  # noqa: E402
-from drafting.ml.demo_assets import build_tokenizer, chat, write_jsonl  # noqa: E402
-from drafting.stages import extract, train  # noqa: E402
-from drafting.stages.base import RecordingSink, StageContext, StageError  # noqa: E402
+from bench.bench_extract import FULL
+from contract.params.extract import ExtractParams
+from contract.params.train import TrainParams
+from drafting.ml.demo_assets import build_tokenizer, chat, write_jsonl
+from drafting.stages import extract, train
+from drafting.stages.base import RecordingSink, StageContext, StageError
 
 # bench_extract's 1.5B shape with a 32k vocab (the drafter's lm_head rows come from the target's)
 TARGET = {**FULL, "vocab_size": 32000}

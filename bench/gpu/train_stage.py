@@ -22,11 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.gpu.oom_paths import conversations, make_target  # noqa: E402
-from contract.params.extract import ExtractParams  # noqa: E402
-from contract.params.train import TrainParams  # noqa: E402
-from drafting.stages import extract, train  # noqa: E402
-from drafting.stages.base import RecordingSink, StageContext  # noqa: E402
+from bench.gpu.oom_paths import conversations, make_target
+from contract.params.extract import ExtractParams
+from contract.params.train import TrainParams
+from drafting.stages import extract, train
+from drafting.stages.base import RecordingSink, StageContext
 
 
 def run_train(root: Path, target: Path, steps: int, compiled: bool) -> dict[str, Any]:

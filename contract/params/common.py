@@ -80,7 +80,7 @@ class StageParams(BaseModel):
         """How many GPUs the job leases when the request does not say (a server: its tensor-parallel size)."""
         return 1 if self.needs_gpus() else 0
 
-    def gpus_conflict(self, gpus: int) -> str | None:
+    def gpus_conflict(self, gpus: int) -> str | None:  # noqa: ARG002 - overridden by stages whose paths depend on the GPUs
         """Why a request for `gpus` GPUs contradicts these params (None when it does not)."""
         return None
 

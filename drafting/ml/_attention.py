@@ -83,7 +83,7 @@ def _ttt_flex(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tens
 
 
 def _ttt_mask_mod(seq: int) -> Callable[[Any, Any, Any, Any], Any]:
-    def mask_mod(batch: Any, head: Any, q_idx: Any, kv_idx: Any) -> Any:
+    def mask_mod(batch: Any, head: Any, q_idx: Any, kv_idx: Any) -> Any:  # noqa: ARG001 - flex_attention's mask_mod signature
         prefix = (kv_idx < seq) & (kv_idx <= q_idx)
         own_position = (kv_idx >= seq) & (kv_idx % seq == q_idx)
         return prefix | own_position

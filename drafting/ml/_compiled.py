@@ -33,7 +33,7 @@ class CompiledOnCuda:
             return self._compiled(*args, **kwargs)
         except torch.OutOfMemoryError:
             raise
-        except Exception as exc:  # compiler failures come in many types; the eager path is always valid
+        except Exception as exc:  # noqa: BLE001 - compiler failures come in many types; the eager path is always valid
             warnings.warn(f"torch.compile of {self.fn.__name__} failed, running eagerly: {exc}", stacklevel=2)
             self._failed = True
             return self.fn(*args, **kwargs)

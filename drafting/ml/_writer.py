@@ -88,7 +88,7 @@ class AsyncWriter:
                 continue  # keep draining so a blocked submit() wakes up and sees the error
             try:
                 self._write(batch)
-            except BaseException as exc:  # handed to the loop thread, which raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop thread, which raises it
                 self._error = exc
 
     def _write(self, batch: HostBatch) -> None:

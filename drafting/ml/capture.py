@@ -59,14 +59,14 @@ def capture_layers(target_model: nn.Module, indices: list[int]) -> Iterator[dict
 
 
 def _store_output(captured: dict[int, torch.Tensor], index: int) -> Any:
-    def hook(module: nn.Module, args: Any, output: Any) -> None:
+    def hook(module: nn.Module, args: Any, output: Any) -> None:  # noqa: ARG001 - torch's forward-hook signature
         captured[index] = output[0] if isinstance(output, tuple) else output
 
     return hook
 
 
 def _store_input(captured: dict[int, torch.Tensor], index: int) -> Any:
-    def hook(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+    def hook(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:  # noqa: ARG001 - torch's forward-hook signature
         captured[index] = args[0] if args else kwargs["hidden_states"]
 
     return hook

@@ -121,7 +121,7 @@ def _render(tokenizer: Any, messages: list[dict[str, str]], *, generation_prompt
         text = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt
         )
-    except Exception as exc:  # jinja raises whatever the template author chose
+    except Exception as exc:  # noqa: BLE001 - jinja raises whatever the template author chose
         raise SampleRejected(DropReason.TEMPLATE_ERROR, str(exc)[:200]) from None
     assert isinstance(text, str)
     return text

@@ -79,10 +79,10 @@ class _Handler(BaseHTTPRequestHandler):
     engine: ReferenceEngine
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
+    def log_message(self, format: str, *args: Any) -> None:  # BaseHTTPRequestHandler's name
         log.debug("%s %s", self.address_string(), format % args)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         routes = {
             "/health": self._health,
             "/health_generate": self._health,
@@ -98,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         route()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         try:
             body = self._read_json()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -174,7 +175,7 @@ def _aux_layer_finding(target_config: dict[str, Any], draft_config: dict[str, An
     captured = captured_aux_layers(target_config, draft_config)
     if layers is None or captured is None:
         return None
-    increasing = all(a < b for a, b in zip(captured, captured[1:], strict=False))
+    increasing = all(a < b for a, b in itertools.pairwise(captured))
     if increasing and all(0 <= i < layers for i in captured):
         return None
     message = (

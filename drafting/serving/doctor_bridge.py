@@ -32,11 +32,10 @@ def run_draft_doctor(draft: str, *, target: str, algorithm: str | None, sglang_v
 
 
 def _items(report: Any) -> Iterable[Any]:
-    findings: Iterable[Any] | None
     if isinstance(report, dict):
-        findings = report.get("findings", [])
-    else:
-        findings = getattr(report, "findings", None)
+        listed: Iterable[Any] = report.get("findings", [])
+        return listed
+    findings: Iterable[Any] | None = getattr(report, "findings", None)
     return findings if findings is not None else report
 
 

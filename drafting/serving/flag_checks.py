@@ -12,7 +12,7 @@ from drafting.serving.sglang_parser import canonical_flags, parse_with_sglang
 
 # argparse's own actions that print and exit; SGLang's parser may add others (any action that exits is also
 # caught when the rendered args are parsed: ParseOutcome.exit_status).
-_EXITING_ACTIONS: tuple[type[argparse.Action], ...] = (argparse._HelpAction, argparse._VersionAction)  # noqa: SLF001
+_EXITING_ACTIONS: tuple[type[argparse.Action], ...] = (argparse._HelpAction, argparse._VersionAction)
 
 
 def check_extra_args(args: Sequence[str], parser: argparse.ArgumentParser | None) -> list[Finding]:
@@ -96,7 +96,7 @@ def _exiting_flag(
     """-h/--help/--version (or an abbreviation), or any flag SGLang's parser maps to a help/version action."""
     problem = next((p for s in (flag, *spellings) if (p := exiting_flag_problem(s)) is not None), None)
     if problem is None and parser is not None and spellings:
-        action = parser._option_string_actions.get(spellings[0])  # noqa: SLF001 - argparse has no public map
+        action = parser._option_string_actions.get(spellings[0])  # argparse has no public map
         if isinstance(action, _EXITING_ACTIONS):
             problem = f"{flag} is an argparse {type(action).__name__} in SGLang's parser: it prints and exits"
     if problem is None:

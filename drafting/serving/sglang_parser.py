@@ -32,7 +32,7 @@ class _RaisingParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _ParseError(message)
 
-    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]  # noqa: ARG002 - argparse's error() signature
         raise _ParseExit(status)
 
 
@@ -89,7 +89,7 @@ def canonical_flags(parser: argparse.ArgumentParser | None, flag: str) -> tuple[
     """Every spelling of the option `flag` means, resolving abbreviations as argparse does (() if none)."""
     if parser is None:
         return ()
-    options: dict[str, argparse.Action] = parser._option_string_actions  # noqa: SLF001 - argparse has no public map
+    options: dict[str, argparse.Action] = parser._option_string_actions  # argparse has no public map
     if flag in options:
         return tuple(options[flag].option_strings)
     matches = {id(action): action for name, action in options.items() if name.startswith(flag)}

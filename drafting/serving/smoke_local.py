@@ -45,7 +45,7 @@ class StderrContext(StageContext):
     echo: bool = True
     lines: list[str] = field(default_factory=list)
 
-    def log(self, text: str, *, stream: str = "stdout") -> None:
+    def log(self, text: str, *, stream: str = "stdout") -> None:  # noqa: ARG002 - the log sink's signature
         self.lines.append(text)
         if self.echo:
             sys.stderr.write(text + "\n")

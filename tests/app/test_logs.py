@@ -207,7 +207,7 @@ def test_cli_logs_follow_exits_with_the_jobs_outcome(
     job = submit(client, admin, params={"lines": 20, "lines_per_second": 20, "exit_code": 4})
     token = admin["Authorization"].split()[1]
     env = {**worker_env(settings), "EYAS_URL": api_server, "EYAS_TOKEN": token}
-    result = subprocess.run(  # noqa: S603
+    result = subprocess.run(
         [sys.executable, "-m", "cli.main", "logs", job["id"], "-f"],
         env=env,
         cwd=ROOT,

@@ -69,7 +69,7 @@ def write_specforge_draft(folder: Path, dtype: torch.dtype = torch.float32) -> P
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         llama3_eagle = pytest.importorskip("specforge.modeling.draft.llama3_eagle")
-    LlamaForCausalLMEagle3 = llama3_eagle.LlamaForCausalLMEagle3  # noqa: N806 - the library's class name
+    LlamaForCausalLMEagle3 = llama3_eagle.LlamaForCausalLMEagle3  # the library's class name
 
     config = layer_config(TINY)
     config.architectures = ["LlamaForCausalLMEagle3"]

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def eyas(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - argv list
+    return subprocess.run(
         [sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
 

@@ -74,7 +74,7 @@ def test_stages_refuse_paths_outside_allowed_roots(tmp_path: Path, clean_draft: 
 def test_doctor_stage_passes_a_clean_draft_and_fails_a_broken_one(
     tmp_path: Path, clean_draft: Path, speculators_draft: Path, target_dir: Path
 ) -> None:
-    ctx, sink = _context(tmp_path)
+    ctx, _sink = _context(tmp_path)
     result = doctor.run(ctx, DoctorParams(draft=str(clean_draft), target=str(target_dir)))
     assert result["ok"] is True
 

@@ -26,7 +26,7 @@ class Outcome:
 
 
 def _data_bytes() -> int:
-    with open("/proc/self/status") as status:  # noqa: PTH123 - this process's own file
+    with open("/proc/self/status") as status:  # this process's own file
         for line in status:
             if line.startswith("VmData:"):
                 return int(line.split()[1]) * 1024

@@ -44,7 +44,7 @@ def test_step_k_at_position_j_is_scored_against_the_target_at_j_plus_1_plus_k() 
         ),  # token j+2+k must be an assistant token
     )
     loss, stats = ttt_objective(_identity_drafter(), [step0, step1], targets, [1.0, 0.8])
-    loss_sum, loss_count, correct, chain, count = stats.stacked().tolist()
+    _loss_sum, loss_count, correct, chain, count = stats.stacked().tolist()
     assert count == [3, 3]  # step 0 counts j = 1..3 (token 2 is not masked in), step 1 counts j = 0..2
     assert correct == [2, 2]  # step 0: j = 1, 3; step 1: j = 0, 2
     assert chain == [2, 1]  # both steps right only at j = 0

@@ -6,6 +6,7 @@ counting and speculation, not quality figures.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 from collections.abc import Iterator
@@ -170,7 +171,7 @@ def test_offline_eval_predicts_what_the_engine_measures(
     reach = rows[DEPTH]["position_reach_rate"]
     assert len(reach) == DEPTH
     assert rows[DEPTH]["accept_length"] == pytest.approx(1 + sum(reach), abs=1e-3)
-    assert all(a >= b for a, b in zip(reach, reach[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(reach))
     assert rows[1]["accept_length"] <= rows[DEPTH]["accept_length"]
 
 

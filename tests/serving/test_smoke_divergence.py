@@ -69,9 +69,9 @@ def test_a_token_outside_the_top_two_or_a_clear_margin_is_a_real_loss(near_tie_t
     scorer = TargetScorer(near_tie_target, device="cpu")
     prompt = [TIED - 3]
     baseline = [TIED - 2, TIED - 1, TIED, successor(TIED)]
-    outside = baseline[:3] + [RIVAL + 1]
+    outside = [*baseline[:3], RIVAL + 1]
     assert classify(0, prompt, baseline, outside, scorer).verdict == "real_loss"
-    second_best_where_clear = baseline[:1] + [RIVAL]
+    second_best_where_clear = [*baseline[:1], RIVAL]
     verdict = classify(1, prompt, baseline, second_best_where_clear, scorer)
     assert verdict.verdict == "real_loss"
     assert "outside the target's top two" in verdict.note or "not under the near-tie bound" in verdict.note

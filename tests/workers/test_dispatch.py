@@ -168,7 +168,7 @@ def test_a_worker_whose_eyas_up_died_stops_its_jobs_and_itself(
 
 
 def test_exit_with_pid_must_name_a_running_process(settings: Settings) -> None:
-    result = subprocess.run(  # noqa: S603 - argv list
+    result = subprocess.run(
         [sys.executable, "-m", "cli.main", "worker", "--host-name", "h", "--exit-with-pid", "999999999"],
         capture_output=True, text=True, cwd=ROOT, env=worker_env(settings), timeout=60,
     )  # fmt: skip

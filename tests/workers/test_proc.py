@@ -105,7 +105,7 @@ def test_sigkill_after_the_grace_period_when_sigterm_is_ignored() -> None:
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
         "print('x', flush=True); time.sleep(60)"
     )
-    lines, sink = collect()
+    _lines, sink = collect()
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     started = time.monotonic()

@@ -247,7 +247,7 @@ def test_launch_config_reads_refuse_special_files_but_tolerate_missing_ones(tmp_
 def test_cli_spec_file_that_is_special_exits_2_with_the_path(tmp_path: Path, special: str) -> None:
     spec = _fifo(tmp_path / "spec.json") if special == "fifo" else Path("/dev/zero")
     for command in (["submit", "selftest", "-f", str(spec)], ["pipeline", "run", "eagle3", "-f", str(spec)]):
-        done = subprocess.run(  # noqa: S603 - argv list
+        done = subprocess.run(
             [sys.executable, "-m", "cli.main", *command, "--url", "http://127.0.0.1:9"],
             cwd=ROOT,
             capture_output=True,

@@ -15,46 +15,46 @@ class NVMLError(Exception):
     pass
 
 
-def nvmlInit() -> None:  # noqa: N802 - pynvml's names
+def nvmlInit() -> None:  # pynvml's names
     pass
 
 
-def nvmlDeviceGetCount() -> int:  # noqa: N802
+def nvmlDeviceGetCount() -> int:
     count = Path(__file__).with_name("gpus")
     return int(count.read_text()) if count.exists() else 1
 
 
-def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
     return index
 
 
-def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:  # noqa: N802
+def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:
     return SimpleNamespace(used=615 * _MIB, total=143_771 * _MIB)
 
 
-def nvmlDeviceGetUUID(handle: int) -> str:  # noqa: N802
+def nvmlDeviceGetUUID(handle: int) -> str:
     return f"GPU-standin-{handle:04d}"
 
 
-def nvmlDeviceGetName(handle: int) -> str:  # noqa: N802
+def nvmlDeviceGetName(handle: int) -> str:
     return "NVIDIA H200 (stand-in)"
 
 
-def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:  # noqa: N802
+def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:
     return SimpleNamespace(gpu=0, memory=0)
 
 
-def nvmlDeviceGetPowerUsage(handle: int) -> int:  # noqa: N802
+def nvmlDeviceGetPowerUsage(handle: int) -> int:
     return 88_000
 
 
-def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:  # noqa: N802
+def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
     return 40
 
 
-def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[object]:  # noqa: N802
+def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[object]:
     return []
 
 
-def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[object]:  # noqa: N802
+def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[object]:
     return []

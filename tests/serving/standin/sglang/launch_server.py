@@ -25,7 +25,7 @@ def say(text: str) -> None:
 
 
 class Health(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         status = 200 if READY.is_set() else 503
         self.send_response(status)
         self.send_header("Content-Length", "0")

@@ -113,3 +113,18 @@ class StageContext:
             f"({', '.join(str(r) for r in self.allowed_roots)})",
             reason=TerminationReason.PATH_NOT_ALLOWED,
         )
+
+
+def stage_prompts(path: str | Path | None, limit: int) -> list[Any]:
+    """The prompt set of an eval or benchmark stage: a path eyas will not read → BAD_INPUT, a set it cannot
+    parse → DATA_MISMATCH, both naming the path."""
+    from drafting.serving.prompts import load_prompts  # serving imports this module: import when called
+
+    try:
+        return list(load_prompts(path, limit=limit))
+    except UserFileError as exc:  # a FIFO, a device, too large: the user's path
+        raise StageError.bad_input(exc) from exc
+    except (OSError, ValueError) as exc:
+        raise StageError(
+            f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH
+        ) from exc

@@ -13,14 +13,13 @@ from typing import Any
 from contract.params.benchmark import BenchmarkParams
 from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
-from drafting.serving.prompts import Prompt, load_prompts
+from drafting.serving.prompts import Prompt
 from drafting.serving.sweep import format_table, run_sweep
-from drafting.stages.base import StageContext, StageError
-from drafting.userfiles import UserFileError
+from drafting.stages.base import StageContext, StageError, stage_prompts
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
-    prompts = _prompts(params)
+    prompts: list[Prompt] = stage_prompts(params.prompts, params.max_prompts)
     if params.mode == "single":
         assert params.url is not None
         try:
@@ -53,17 +52,6 @@ def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) ->
         )
     ctx.log(f"release gate: deployable at depth {gate['chosen_depth']} (speedup {gate['speedup']})")
     return {"mode": "sweep", **result}
-
-
-def _prompts(params: BenchmarkParams) -> list[Prompt]:
-    try:
-        return load_prompts(params.prompts, limit=params.max_prompts)
-    except UserFileError as exc:  # a FIFO, a device, too large: the user's path
-        raise StageError.bad_input(exc) from exc
-    except (OSError, ValueError) as exc:
-        raise StageError(
-            f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH
-        ) from exc
 
 
 def _headline(summary: dict[str, Any]) -> str:

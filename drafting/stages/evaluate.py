@@ -7,12 +7,9 @@ from typing import Any
 import torch
 
 from contract.params.evaluate import EvalParams
-from contract.reasons import TerminationReason
 from drafting.serving.evaluation import evaluate_acceptance
 from drafting.serving.models import DTYPES, load_models, pick_device
-from drafting.serving.prompts import load_prompts
-from drafting.stages.base import StageContext, StageError
-from drafting.userfiles import UserFileError
+from drafting.stages.base import StageContext, stage_prompts
 
 
 def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
@@ -20,14 +17,7 @@ def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
     dtype_name = (
         params.dtype if params.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     )
-    try:
-        prompts = load_prompts(params.prompts, limit=params.max_prompts)
-    except UserFileError as exc:  # a FIFO, a device, too large: the user's path
-        raise StageError.bad_input(exc) from exc
-    except (OSError, ValueError) as exc:
-        raise StageError(
-            f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH
-        ) from exc
+    prompts = stage_prompts(params.prompts, params.max_prompts)
     ctx.log(f"eval: {len(prompts)} prompts, depths {params.depths}, {device} {dtype_name}")
     models = load_models(params.model, params.draft, device=device, dtype=DTYPES[dtype_name])
 

@@ -30,8 +30,10 @@ class Api:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             fail(f"cannot reach the eyas API at {self.http.base_url}: {exc}", EXIT_UNREACHABLE)
+        if response.status_code >= 500:  # the API answered but failed: say so, not "unreachable"
+            fail(f"the eyas API failed on {method} {path}: {_problem_text(response)}", EXIT_UNREACHABLE)
         if response.status_code >= 400:
-            fail(_problem_text(response), EXIT_USAGE if response.status_code < 500 else EXIT_UNREACHABLE)
+            fail(_problem_text(response), EXIT_USAGE)
         return response
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -7,6 +7,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md alembic.ini ./
 COPY app app
+COPY contract contract
+COPY drafting drafting
 COPY workers workers
 COPY cli cli
 COPY migrations migrations

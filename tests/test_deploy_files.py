@@ -39,3 +39,16 @@ def test_dockerfile_is_slim_and_runs_as_a_non_root_user() -> None:
     assert "FROM python:3.11-slim" in text
     users = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
     assert users == ["eyas"]
+
+
+def test_the_image_copies_every_package_the_project_installs() -> None:
+    # The layout moved code into contract/ and drafting/; an image without them installs an eyas that cannot
+    # import its own stages.
+    import tomllib
+
+    includes = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {pattern.rstrip("*") for pattern in includes["include"]}
+    copied = {
+        line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")
+    }
+    assert packages <= copied, packages - copied

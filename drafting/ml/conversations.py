@@ -10,7 +10,6 @@ conversation's prefixes are prefixes of each other; templates that rewrite earli
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,22 +17,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from drafting.prompting.records import RecordError, parse_line
 from drafting.userfiles import Cap, iter_user_lines
 
 Overlong = Literal["truncate", "drop"]
 
-_ROLE_ALIASES = {
-    "user": "user",
-    "human": "user",
-    "assistant": "assistant",
-    "gpt": "assistant",
-    "chatgpt": "assistant",
-    "bard": "assistant",
-    "model": "assistant",
-    "system": "system",
-    "tool": "tool",
-    "function": "tool",
-}
 MIN_TOKENS = 3  # fewer leaves no (input, next-token) pair for the drafter to learn from
 
 
@@ -94,26 +82,12 @@ class TokenizeSummary:
 def parse_record(line: str) -> list[dict[str, str]]:
     """One JSONL line -> chat messages. Accepts OpenAI `messages` and ShareGPT `conversations`."""
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise SampleRejected(DropReason.MALFORMED, f"not JSON ({exc.msg})") from None
-    turns = record.get("messages", record.get("conversations")) if isinstance(record, dict) else None
-    if not isinstance(turns, list) or not turns:
+        record = parse_line(line)
+    except RecordError as error:
+        raise SampleRejected(DropReason(error.reason), error.detail) from None
+    if record.format not in ("messages", "conversations"):
         raise SampleRejected(DropReason.MALFORMED, "no non-empty `messages` or `conversations` list")
-    return [_normalise_turn(turn) for turn in turns]
-
-
-def _normalise_turn(turn: Any) -> dict[str, str]:
-    if not isinstance(turn, dict):
-        raise SampleRejected(DropReason.MALFORMED, "a turn is not an object")
-    raw_role = str(turn.get("role", turn.get("from", ""))).lower()
-    role = _ROLE_ALIASES.get(raw_role)
-    if role is None:
-        raise SampleRejected(DropReason.UNKNOWN_ROLE, f"role {raw_role!r}")
-    content = turn.get("content", turn.get("value"))
-    if not isinstance(content, str):
-        raise SampleRejected(DropReason.NON_TEXT, f"{role} content is {type(content).__name__}, not text")
-    return {"role": role, "content": content}
+    return list(record.messages)
 
 
 def _render(tokenizer: Any, messages: list[dict[str, str]], *, generation_prompt: bool) -> str:

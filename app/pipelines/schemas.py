@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import posixpath
 import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.jobs.schemas import HOST_NAME_PATTERN, JobRead
 from contract.params.common import HostPath
@@ -19,9 +20,17 @@ class Eagle3PipelineCreate(BaseModel):
 
     template: Literal["eagle3"] = "eagle3"
     target: HostPath = Field(description="target model folder (HF layout)")
-    data: HostPath = Field(description="JSONL of conversations")
+    data: HostPath | None = Field(
+        None, description="JSONL of conversations; or leave it out and give `generate` to make them"
+    )
+    generate: dict[str, Any] | None = Field(
+        None,
+        description="regenerate the training conversations with the target first (generate params besides "
+        "target/output: prompts, self_prompts, engine…); its output is the data extract reads",
+    )
     workdir: HostPath = Field(
-        description="outputs go to <workdir>/<pipeline id>/{hidden_states,train,sglang_draft}"
+        description="outputs go to <workdir>/<pipeline id>/"
+        "{conversations.jsonl,hidden_states,train,sglang_draft}"
     )
     host: str | None = Field(None, pattern=HOST_NAME_PATTERN, description="GPU host for every step")
     extract: dict[str, Any] = Field(
@@ -34,6 +43,35 @@ class Eagle3PipelineCreate(BaseModel):
     benchmark: dict[str, Any] = Field(
         default_factory=dict, description="sweep params (depths default 16,10,5; launch: engine, tp_size…)"
     )
+
+    @model_validator(mode="after")
+    def _one_data_source(self) -> Eagle3PipelineCreate:
+        if (self.data is None) == (self.generate is None):
+            raise ValueError("give exactly one of `data` (conversations) and `generate` (make them first)")
+        if self.generate is not None:
+            _refuse_shared_prompts(self)
+        return self
+
+
+def _refuse_shared_prompts(spec: Eagle3PipelineCreate) -> None:
+    """Evaluation prompts must be held out from training prompts: the same file or named set in `generate`
+    and in `eval`/`benchmark` is refused here (overlap inside different files is caught by generate's
+    `holdout_prompts`, which the template fills with the eval and benchmark prompt sets)."""
+    assert spec.generate is not None
+    trained = spec.generate.get("prompts")
+    for step, params in (("eval", spec.eval or {}), ("benchmark", spec.benchmark)):
+        held_out = params.get("prompts")
+        if trained is not None and held_out is not None and _same_source(trained, held_out):
+            raise ValueError(
+                f"{step}.prompts is also generate.prompts ({held_out!r}): evaluation prompts must be held "
+                "out from the prompts the drafter is trained on"
+            )
+
+
+def _same_source(a: Any, b: Any) -> bool:
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    return posixpath.normpath(a) == posixpath.normpath(b)
 
 
 class PipelineRead(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.pipelines.schemas import Eagle3PipelineCreate
 
-EAGLE3_STEPS = ("extract", "train", "fix_keys", "gpu_check", "eval", "benchmark")
+EAGLE3_STEPS = ("generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark")
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,15 @@ class StepPlan:
 
 def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
     hidden, train_dir, draft = f"{root}/hidden_states", f"{root}/train", f"{root}/sglang_draft"
-    plans = [
+    plans = _generate_plan(spec, f"{root}/conversations.jsonl")
+    data = plans[0].params["output"] if plans else spec.data
+    extract_refs = {"data": ("generate", "conversations")} if plans else {}
+    plans += [
         StepPlan(
-            "extract", "extract", {**spec.extract, "target": spec.target, "data": spec.data, "output": hidden}
+            "extract",
+            "extract",
+            {**spec.extract, "target": spec.target, "data": data, "output": hidden},
+            refs=extract_refs,
         ),
         StepPlan(
             "train",
@@ -58,3 +64,16 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
         )
     )
     return plans
+
+
+def _generate_plan(spec: Eagle3PipelineCreate, output: str) -> list[StepPlan]:
+    """The optional first step: regenerate the conversations with the target. The eval and benchmark prompt
+    sets are added to its held-out prompts, so a training prompt equal to an evaluation prompt is dropped."""
+    if spec.generate is None:
+        return []
+    held_out = [p for p in ((spec.eval or {}).get("prompts"), spec.benchmark.get("prompts")) if p]
+    holdout = list(dict.fromkeys([*spec.generate.get("holdout_prompts", []), *held_out]))
+    params = {**spec.generate, "target": spec.target, "output": output}
+    if holdout:
+        params["holdout_prompts"] = holdout
+    return [StepPlan("generate", "generate", params)]

@@ -39,6 +39,25 @@ def _check_host_path(value: str) -> str:
 HostPath = Annotated[str, AfterValidator(_check_host_path)]
 """An absolute path on the worker host. The worker also checks it lies under the host's allowed roots."""
 
+# The prompt sets eyas knows by name (drafting.prompting.named holds them; a test keeps the two lists equal).
+PROMPT_SET_NAMES = ("default", "mtbench")
+
+
+def _check_prompt_source(value: str) -> str:
+    if value.startswith("/"):
+        return _check_host_path(value)
+    if value not in PROMPT_SET_NAMES:
+        raise ValueError(
+            f"prompts must be an absolute path to a JSONL file or a named set "
+            f"({', '.join(PROMPT_SET_NAMES)}), not {value[:60]!r}"
+        )
+    return value
+
+
+PromptSource = Annotated[str, AfterValidator(_check_prompt_source)]
+"""A prompt set: an absolute JSONL path on the worker host (checked like a HostPath, allowed roots included)
+or the name of a set eyas ships or installs (PROMPT_SET_NAMES)."""
+
 
 class StageParams(BaseModel):
     """Base of every stage's params: unknown fields are errors, never silently ignored, and a number must be
@@ -64,7 +83,7 @@ class StageParams(BaseModel):
         for name, field in type(self).model_fields.items():
             if _is_host_path(field.annotation, field.metadata):
                 value = getattr(self, name)
-                if isinstance(value, str):
+                if isinstance(value, str) and value.startswith("/"):  # a PromptSource may be a set's name
                     paths.append(value)
         return paths
 
@@ -111,13 +130,16 @@ class DataParallelParams(StageParams):
         return None
 
 
+_PATH_CHECKS = (_check_host_path, _check_prompt_source)
+
+
 def _is_host_path(annotation: object, metadata: list[object]) -> bool:
     validators = [m for m in metadata if isinstance(m, AfterValidator)]
-    if any(v.func is _check_host_path for v in validators):
+    if any(v.func in _PATH_CHECKS for v in validators):
         return True
     args = getattr(annotation, "__args__", ())
     for arg in args:
         for meta in getattr(arg, "__metadata__", ()):
-            if isinstance(meta, AfterValidator) and meta.func is _check_host_path:
+            if isinstance(meta, AfterValidator) and meta.func in _PATH_CHECKS:
                 return True
     return False

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from contract.params.common import HostPath, StageParams
+from contract.params.common import HostPath, PromptSource, StageParams
 
 
 class EvalParams(StageParams):
@@ -18,7 +18,12 @@ class EvalParams(StageParams):
         max_length=16,
         description="chain depths to measure",
     )
-    prompts: HostPath | None = Field(None, description="JSONL prompt set; default: eyas's built-in set")
+    prompts: PromptSource | None = Field(
+        None,
+        description="prompt set: an absolute JSONL path (text, messages, conversations or MT-Bench turns a "
+        "line) or a named set (default, mtbench); chat records are rendered with the target's chat template; "
+        "default: eyas's built-in set",
+    )
     max_prompts: int = Field(64, ge=1, le=100_000)
     max_new_tokens: int = Field(128, ge=1, le=32_768)
     ignore_eos: bool = Field(True, description="decode max_new_tokens every time (as benchmarks do)")

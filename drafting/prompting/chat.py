@@ -45,3 +45,33 @@ def messages_through_user_turn(messages: Sequence[Message], turn: int) -> list[M
             if seen == turn:
                 return list(messages[: index + 1])
     raise RecordError("malformed_record", f"no user turn {turn}")
+
+
+def render_ids(tokenizer: Any, messages: Sequence[Message]) -> tuple[str, list[int]]:
+    """The rendered text and its token ids. The template writes the special tokens itself (BOS, turn
+    markers), so the text is tokenized without adding any: a tokenizer that adds a BOS would double it."""
+    text = render_messages(tokenizer, messages)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise RecordError("chat_template_error", "the rendered prompt tokenizes to nothing")
+    return text, [int(i) for i in ids]
+
+
+def evaluation_messages(messages: Sequence[Message]) -> tuple[list[Message], int]:
+    """What eval and benchmark ask of a chat record: the messages through its last user turn whose earlier
+    user turns are all answered in the record, and how many later user turns were left out (each needs an
+    answer the record does not give: MT-Bench's second turn). A trailing assistant turn is the answer the
+    target is asked to give, so it is dropped."""
+    end: int | None = None
+    awaiting_answer = False
+    for index, message in enumerate(messages):
+        if message["role"] == "user":
+            if awaiting_answer:
+                break
+            end, awaiting_answer = index, True
+        elif message["role"] == "assistant":
+            awaiting_answer = False
+    if end is None:
+        raise RecordError("malformed_record", "no user turn")
+    dropped = sum(1 for m in messages[end + 1 :] if m["role"] == "user")
+    return list(messages[: end + 1]), dropped

@@ -115,13 +115,16 @@ class StageContext:
         )
 
 
-def stage_prompts(path: str | Path | None, limit: int) -> list[Any]:
-    """The prompt set of an eval or benchmark stage: a path eyas will not read → BAD_INPUT, a set it cannot
-    parse → DATA_MISMATCH, both naming the path."""
-    from drafting.serving.prompts import load_prompts  # serving imports this module: import when called
+def stage_prompts(
+    path: str | Path | None, limit: int, *, chat_template_from: str | Path | None = None
+) -> list[Any]:
+    """The prompt set (a path or a named set) of an eval or benchmark stage, chat records rendered with the
+    chat template of the tokenizer in `chat_template_from`: a path eyas will not read → BAD_INPUT, a set it
+    cannot parse or render → DATA_MISMATCH, both naming the path."""
+    from drafting.serving.prompts import prepare_prompts  # serving imports this module: import when called
 
     try:
-        return list(load_prompts(path, limit=limit))
+        return list(prepare_prompts(path, limit=limit, tokenizer_folder=chat_template_from))
     except UserFileError as exc:  # a FIFO, a device, too large: the user's path
         raise StageError.bad_input(exc) from exc
     except (OSError, ValueError) as exc:

@@ -7,8 +7,10 @@ from typing import Any
 import torch
 
 from contract.params.evaluate import EvalParams
-from drafting.serving.evaluation import evaluate_acceptance
-from drafting.serving.models import DTYPES, load_models, pick_device
+from drafting.serving.divergence import TargetScorer
+from drafting.serving.evaluation import LoadedTargetScorer, evaluate_acceptance
+from drafting.serving.models import DTYPES, LoadedModels, load_models, pick_device
+from drafting.serving.prompts import set_summary
 from drafting.stages.base import StageContext, stage_prompts
 
 
@@ -17,8 +19,13 @@ def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
     dtype_name = (
         params.dtype if params.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     )
-    prompts = stage_prompts(params.prompts, params.max_prompts)
-    ctx.log(f"eval: {len(prompts)} prompts, depths {params.depths}, {device} {dtype_name}")
+    prompts = stage_prompts(params.prompts, params.max_prompts, chat_template_from=params.model)
+    summary = set_summary(params.prompts, prompts)
+    ctx.log(
+        f"eval: {len(prompts)} prompts of {summary['set']}, depths {params.depths}, {device} {dtype_name}"
+    )
+    if "turns" in summary:
+        ctx.log(f"eval: {summary['turns']}")
     models = load_models(params.model, params.draft, device=device, dtype=DTYPES[dtype_name])
 
     def progress(done: int, total: int) -> None:
@@ -32,12 +39,19 @@ def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
         max_new_tokens=params.max_new_tokens,
         ignore_eos=params.ignore_eos,
         check_outputs=params.check_outputs,
+        scorer=_scorer(params, models, device, dtype_name) if params.check_outputs else None,
         progress=progress,
     )
     for row in rows:
         ctx.metric("eval_accept_length", row["accept_length"] or 0.0, step=row["depth"])
         ctx.log(_describe(row))
-    return {"prompts": len(prompts), "device": str(device), "dtype": dtype_name, "depths": rows}
+    return {
+        "prompts": len(prompts),
+        "prompt_set": summary,
+        "device": str(device),
+        "dtype": dtype_name,
+        "depths": rows,
+    }
 
 
 def _device(ctx: StageContext, params: EvalParams) -> torch.device:
@@ -47,10 +61,27 @@ def _device(ctx: StageContext, params: EvalParams) -> torch.device:
     return pick_device(params.device)
 
 
+def _scorer(params: EvalParams, models: LoadedModels, device: torch.device, dtype: str) -> TargetScorer:
+    """The judge of divergent outputs: the loaded target when it already runs in float32 or wider, else a
+    float32 copy where it fits (TargetScorer falls back to bf16 and says so)."""
+    if dtype in ("float32", "float64"):
+        return LoadedTargetScorer(models.target, f"{dtype} on {device}")
+    return TargetScorer(params.model, device=device.type)
+
+
 def _describe(row: dict[str, Any]) -> str:
     rates = ", ".join(f"{r:.2f}" for r in row["position_accept_rate"][:8])
     more = ", …" if row["depth"] > 8 else ""
-    return (
+    line = (
         f"depth {row['depth']}: accept length {row['accept_length']} (meta {row['accept_length_meta']}), "
         f"per-position acceptance [{rates}{more}], outputs match: {row['outputs_match']}"
     )
+    if row.get("divergence"):
+        counts = row["divergence"]
+        line += (
+            f" (identical {counts['identical']}, near-tie {counts['near_tie']}, real loss "
+            f"{counts['real_loss']}, unscored {counts['unscored']})"
+        )
+    for name, stats in (row.get("by_category") or {}).items():
+        line += f"\n  {name}: accept length {stats.get('accept_length')} over {stats['prompts']} prompts"
+    return line

@@ -1,28 +1,98 @@
-"""Params of the benchmark stage: one server, or a depth sweep against a no-speculation baseline."""
+"""Params of the benchmark stage: one server, or a sweep of speculative configurations against a
+no-speculation baseline, measured in repeated, interleaved rounds."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract.params.common import HostPath, StageParams
 from contract.params.launch import LaunchParams
 
 _SERVER_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?/?$")
 Depth = Annotated[int, Field(ge=1, le=64)]
+DEFAULT_DEPTHS = (16, 10, 5)
+
+
+def tree_candidates(steps: int, topk: int) -> int:
+    """Draft tokens an EAGLE tree of `steps` × `topk` proposes: topk at the first step, topk² after it.
+    SGLang takes the best num_draft_tokens - 1 of them (torch.topk in organize_draft_results) without
+    checking the count first, so a larger value fails at run time, not at start-up."""
+    return topk + (steps - 1) * topk * topk
+
+
+class SpecConfig(BaseModel):
+    """One speculative shape: SGLang's --speculative-num-steps, --speculative-eagle-topk and
+    --speculative-num-draft-tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(ge=1, le=64, description="--speculative-num-steps: draft forward passes per step")
+    topk: int = Field(ge=1, le=64, description="--speculative-eagle-topk: 1 = a chain, more = a tree")
+    draft_tokens: int = Field(ge=2, le=1024, description="--speculative-num-draft-tokens: tokens verified")
+
+    @model_validator(mode="after")
+    def _sglang_rules(self) -> SpecConfig:
+        if self.topk == 1 and self.draft_tokens != self.steps + 1:
+            raise ValueError(
+                f"config {self.label}: a chain (topk 1) verifies steps + 1 = {self.steps + 1} draft tokens; "
+                f"SGLang would silently change {self.draft_tokens} to {self.steps + 1}"
+            )
+        candidates = tree_candidates(self.steps, self.topk)
+        if self.topk > 1 and self.draft_tokens - 1 > candidates:
+            raise ValueError(
+                f"config {self.label}: a tree of {self.steps} steps × topk {self.topk} proposes at most "
+                f"{candidates} tokens, so draft_tokens can be at most {candidates + 1}; SGLang does not "
+                "check this and fails while serving"
+            )
+        return self
+
+    @property
+    def label(self) -> str:
+        """How rows and the gate name it: "steps,topk,draft_tokens", e.g. "5,1,6"."""
+        return f"{self.steps},{self.topk},{self.draft_tokens}"
+
+    @property
+    def is_chain(self) -> bool:
+        return self.topk == 1
+
+    @classmethod
+    def chain(cls, depth: int) -> SpecConfig:
+        return cls(steps=depth, topk=1, draft_tokens=depth + 1)
 
 
 class BenchmarkParams(StageParams):
     mode: Literal["single", "sweep"] = Field(
-        "single", description="single: one server; sweep: launch per depth"
+        "single", description="single: one server; sweep: a baseline and one server per config"
     )
     url: str | None = Field(None, description="single mode: a ready server speaking SGLang's API")
     launch: LaunchParams | None = Field(
-        None, description="sweep mode: the server spec (depth comes from depths)"
+        None, description="sweep mode: the server spec (the speculative shape comes from configs/depths)"
     )
-    depths: list[Depth] = Field(default_factory=lambda: [16, 10, 5], min_length=1, max_length=16)
+    configs: list[SpecConfig] | None = Field(
+        None,
+        min_length=1,
+        max_length=16,
+        description="sweep: the speculative configurations {steps, topk, draft_tokens} to measure",
+    )
+    depths: list[Depth] | None = Field(
+        None,
+        min_length=1,
+        max_length=16,
+        description="sweep: shorthand for chain configs (depth d = steps d, topk 1, d + 1 draft tokens); "
+        "default 16, 10, 5 when neither configs nor depths is given",
+    )
+    repeats: int = Field(
+        5, ge=2, le=100, description="sweep: measured rounds per config (a confidence interval needs 2+)"
+    )
+    interleave: bool = Field(
+        True,
+        description="sweep: keep the baseline server up beside each speculative one and alternate their "
+        "batches (B S, S B, …) so host drift hits both alike; false (or no room for two servers) measures "
+        "each server's rounds back to back",
+    )
     prompts: HostPath | None = Field(None, description="JSONL prompt set; default: eyas's built-in set")
     max_prompts: int = Field(64, ge=1, le=100_000)
     max_new_tokens: int = Field(128, ge=1, le=32_768)
@@ -36,10 +106,13 @@ class BenchmarkParams(StageParams):
     )
     ignore_eos: bool = Field(True, description="decode max_new_tokens for every request")
     request_timeout_s: float = Field(600, gt=0, le=86_400)
-    chosen_depth: Depth | None = Field(
-        None, description="the depth the release gate judges (default: fastest)"
+    chosen_config: SpecConfig | None = Field(
+        None, description="the config the release gate judges (default: the highest speedup lower bound)"
     )
-    speedup_threshold: float = Field(1.0, ge=0, description="deployable only above this speedup")
+    chosen_depth: Depth | None = Field(None, description="shorthand for chosen_config of a chain")
+    speedup_threshold: float = Field(
+        1.0, ge=0, description="deployable only when the speedup's 95 % lower bound is above this"
+    )
     smoke: bool = Field(
         True,
         description="sweep: a load smoke test on each server before measuring (greedy requests; fails on a "
@@ -51,6 +124,10 @@ class BenchmarkParams(StageParams):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> BenchmarkParams:
+        if self.configs is not None and self.depths is not None:
+            raise ValueError("give configs or depths (shorthand for chain configs), not both")
+        if self.chosen_config is not None and self.chosen_depth is not None:
+            raise ValueError("give chosen_config or chosen_depth (shorthand for a chain), not both")
         if self.mode == "single":
             if self.url is None or not _SERVER_URL.match(self.url):
                 raise ValueError("single mode needs url, e.g. http://127.0.0.1:30000")
@@ -60,11 +137,31 @@ class BenchmarkParams(StageParams):
         launch = self.launch
         if launch.depth is not None or launch.num_steps or launch.eagle_topk or launch.num_draft_tokens:
             raise ValueError(
-                "in sweep mode the depths come from `depths`; leave launch.depth and steps unset"
+                "in sweep mode the speculative shape comes from `configs` (or `depths`); leave launch.depth "
+                "and steps unset"
             )
-        if self.chosen_depth is not None and self.chosen_depth not in self.depths:
-            raise ValueError(f"chosen_depth {self.chosen_depth} is not one of depths {self.depths}")
+        configs = self.sweep_configs()
+        labels = [config.label for config in configs]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"configs repeat: {labels}")
+        chosen = self.chosen()
+        if chosen is not None and chosen not in configs:
+            raise ValueError(f"the chosen config {chosen.label} is not one of the configs {labels}")
+        trees = [config.label for config in configs if not config.is_chain]
+        if launch.engine == "reference" and trees:
+            raise ValueError(f"the reference engine drafts chains only (topk 1); {trees} are trees")
         return self
+
+    def sweep_configs(self) -> list[SpecConfig]:
+        """The configurations a sweep measures, in order: configs, else depths as chains."""
+        if self.configs is not None:
+            return list(self.configs)
+        return [SpecConfig.chain(depth) for depth in self.depths or DEFAULT_DEPTHS]
+
+    def chosen(self) -> SpecConfig | None:
+        if self.chosen_depth is not None:
+            return SpecConfig.chain(self.chosen_depth)
+        return self.chosen_config
 
     def host_paths(self) -> list[str]:
         nested = self.launch.host_paths() if self.launch is not None else []

@@ -7,10 +7,11 @@ report findings with fixes rather than raising, so a dry run can show all of the
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from contract.params.common import HostPath, StageParams
 
@@ -84,6 +85,16 @@ EXITING_FLAGS: dict[str, str] = {
     "--version": "prints a version and exits 0 without serving",
 }
 
+# Flags that switch SGLang's decode CUDA graphs off. The `cuda_graphs` field owns that choice, so a result can
+# say whether graphs were on and why not: speedups measured without graphs say little about a deployment (a
+# small target's decoding is then bound by kernel launches). `--disable-cuda-graph` is what eyas renders: it
+# works in every SGLang 0.5.x (deprecated, still honoured, from 0.5.14); the others are newer spellings.
+CUDA_GRAPH_OFF_FLAG = "--disable-cuda-graph"
+GRAPH_OFF_FLAGS = (CUDA_GRAPH_OFF_FLAG, "--disable-decode-cuda-graph")
+GRAPH_BACKEND_FLAG = "--cuda-graph-backend-decode"  # full | breakable | disabled
+GRAPH_CONFIG_FLAG = "--cuda-graph-config"  # JSON; {"decode": {"backend": "disabled"}} turns graphs off
+_GRAPH_FIX = "set cuda_graphs false with cuda_graphs_off_reason instead (the result then says why)"
+
 _HOST_PATH: TypeAdapter[str] = TypeAdapter(HostPath)
 
 
@@ -115,6 +126,17 @@ class LaunchParams(StageParams):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     env: dict[str, str] = Field(default_factory=dict, description="allow-listed environment variables")
     extra_args: list[str] = Field(default_factory=list, description="more SGLang flags, one token per item")
+    cuda_graphs: bool = Field(
+        True,
+        description="SGLang captures CUDA graphs, as deployments run; false renders --disable-cuda-graph and "
+        "needs cuda_graphs_off_reason",
+    )
+    cuda_graphs_off_reason: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="why CUDA graphs are off (kept in the launch and benchmark results); required when off",
+    )
     dry_run: bool = Field(False, description="render and check only; start nothing")
     ready_timeout_s: float = Field(
         900, gt=0, le=7200, description="deadline for /health_generate to answer 200"
@@ -156,6 +178,19 @@ class LaunchParams(StageParams):
                 raise ValueError(problem)
         return args
 
+    @model_validator(mode="after")
+    def _cuda_graph_choice(self) -> LaunchParams:
+        if not self.cuda_graphs and not (self.cuda_graphs_off_reason or "").strip():
+            raise ValueError(
+                "cuda_graphs is false: say why in cuda_graphs_off_reason (graphs off make a small target's "
+                "decoding launch-bound, so the speedups measured say little about a deployment)"
+            )
+        if self.cuda_graphs and self.cuda_graphs_off_reason is not None:
+            raise ValueError("cuda_graphs_off_reason is set but cuda_graphs is true: set cuda_graphs false")
+        if (problem := graph_flag_conflict(self.extra_args, graphs_on=self.cuda_graphs)) is not None:
+            raise ValueError(problem)
+        return self
+
     def needs_gpus(self) -> bool:
         return self.engine != "reference"
 
@@ -192,6 +227,39 @@ def _owned_flag_problem(flag: str) -> str | None:
         if len(flag) >= 4 and owned.startswith(flag):
             return f"extra_args: {flag} abbreviates {owned}, which eyas renders or refuses"
     return None
+
+
+def graph_flag_conflict(args: list[str], *, graphs_on: bool) -> str | None:
+    """Why extra_args may not decide CUDA graphs: switching them off belongs to the `cuda_graphs` field, and
+    a decode backend given while the field says off contradicts it (abbreviations count: argparse expands a
+    unique prefix)."""
+    for index, arg in enumerate(args):
+        flag, has_inline, inline = arg.partition("=")
+        value = inline if has_inline else (args[index + 1] if index + 1 < len(args) else "")
+        if _abbreviates(flag, GRAPH_OFF_FLAGS) is not None:
+            return f"extra_args: {flag} turns CUDA graphs off behind the `cuda_graphs` field; {_GRAPH_FIX}"
+        if _abbreviates(flag, (GRAPH_BACKEND_FLAG,)) is not None:
+            if value == "disabled":
+                return f"extra_args: {flag} disabled turns CUDA graphs off; {_GRAPH_FIX}"
+            if not graphs_on:
+                return f"extra_args: {flag} {value} asks for decode graphs but cuda_graphs is false"
+        if _abbreviates(flag, (GRAPH_CONFIG_FLAG,)) and _decode_backend(value) == "disabled":
+            return f"extra_args: {flag} disables the decode CUDA graph; {_GRAPH_FIX}"
+    return None
+
+
+def _abbreviates(flag: str, names: tuple[str, ...]) -> str | None:
+    return next((name for name in names if flag == name or (len(flag) >= 4 and name.startswith(flag))), None)
+
+
+def _decode_backend(value: str) -> str | None:
+    try:
+        config = json.loads(value)
+    except ValueError:
+        return None  # not JSON: SGLang's parser reports it
+    decode = config.get("decode") if isinstance(config, dict) else None
+    backend = decode.get("backend") if isinstance(decode, dict) else None
+    return backend if isinstance(backend, str) else None
 
 
 def extra_arg_paths(args: list[str]) -> list[tuple[str, str]]:

@@ -1,4 +1,8 @@
-"""Benchmark one ready server: flush, warm up, flush, send the prompt set, summarize, read /server_info."""
+"""Benchmark one ready server: flush, warm up, flush, send the prompt set, summarize, read /server_info.
+
+A sweep warms a server once (`warm_up`) and then measures it in several rounds (`measure_batch`), each
+starting from a flushed cache so every round sees the same conditions.
+"""
 
 from __future__ import annotations
 
@@ -39,17 +43,34 @@ def load_options(params: BenchmarkParams) -> LoadOptions:
 def benchmark_server(
     url: str, prompts: Sequence[Prompt], options: LoadOptions, *, warmup_requests: int, timing: str, log: Log
 ) -> BenchmarkRun:
+    options = warm_up(url, prompts, options, warmup_requests=warmup_requests, timing=timing, log=log)
+    log(f"benchmark: {len(prompts)} prompts at concurrency {options.concurrency} against {url}")
+    return measure_batch(url, prompts, options, log=log)
+
+
+def warm_up(
+    url: str, prompts: Sequence[Prompt], options: LoadOptions, *, warmup_requests: int, timing: str, log: Log
+) -> LoadOptions:
+    """Send the warm-up requests; returns the options to measure with (no streaming where the server did
+    not stream under timing auto)."""
+    url = url.rstrip("/")
+    if not (warmup_requests or timing == "auto"):
+        return options
+    _flush(url, log)
+    warmup = [prompts[i % len(prompts)] for i in range(max(warmup_requests, 1))]
+    records, _ = run_load(url, warmup, replace(options, concurrency=1))
+    _raise_on_errors(records, "warm-up")
+    if timing == "auto" and options.stream and not all(r.streamed for r in records):
+        log("the server did not stream: only e2e latency is measured (no TTFT/ITL)")
+        return replace(options, stream=False)
+    return options
+
+
+def measure_batch(url: str, prompts: Sequence[Prompt], options: LoadOptions, *, log: Log) -> BenchmarkRun:
+    """One measured batch from a flushed cache (the flush also resets SGLang's acceptance counters, so
+    /server_info's acceptance afterwards is this batch's)."""
     url = url.rstrip("/")
     _flush(url, log)
-    if warmup_requests or timing == "auto":
-        warmup = [prompts[i % len(prompts)] for i in range(max(warmup_requests, 1))]
-        records, _ = run_load(url, warmup, replace(options, concurrency=1))
-        _raise_on_errors(records, "warm-up")
-        if timing == "auto" and not all(r.streamed for r in records):
-            log("the server did not stream: only e2e latency is measured (no TTFT/ITL)")
-            options = replace(options, stream=False)
-        _flush(url, log)
-    log(f"benchmark: {len(prompts)} prompts at concurrency {options.concurrency} against {url}")
     records, wall = run_load(url, prompts, options)
     summary = summarize(records, wall)
     summary["server_accept_len"] = _server_accept_len(url)

@@ -61,6 +61,7 @@ class ServerEvents:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def emit(self, state: str, **fields: Any) -> None:
+        shape = self.rendered.shape
         event = {
             "type": "server",
             "state": state,
@@ -70,7 +71,9 @@ class ServerEvents:
             "pid": self.pid,
             "gpus": list(self.ctx.gpus),
             "draft": self.params.draft,
-            "depth": self.rendered.shape.num_steps if self.rendered.shape else None,
+            "depth": shape.num_steps if shape else None,
+            "config": f"{shape.num_steps},{shape.eagle_topk},{shape.num_draft_tokens}" if shape else None,
+            "cuda_graphs": self.rendered.cuda_graphs.get("enabled"),
             **self.extra,
             **fields,
         }
@@ -163,15 +166,20 @@ def _died(events: ServerEvents, died: ServerDied, *, before_ready: bool) -> Stag
     )
 
 
+def raise_if_died(server: LiveServer) -> None:
+    """A StageError (SERVER_DIED, with the log lines that explain it) if the server has exited."""
+    try:
+        server.process.raise_if_dead()
+    except ServerDied as died:
+        raise _died(server.events, died, before_ready=False) from died
+
+
 def serve_until_cancelled(ctx: StageContext, server: LiveServer) -> None:
     """Keep the server up until a stop (ctx.cancel); report acceptance from its log; fail if it dies."""
     last_reported: float | None = None
     last_emit = 0.0
     while not ctx.cancel.wait(0.25):
-        try:
-            server.process.raise_if_dead()
-        except ServerDied as died:
-            raise _died(server.events, died, before_ready=False) from died
+        raise_if_died(server)
         accept_len = server.process.log.accept_len
         now = time.monotonic()
         if (

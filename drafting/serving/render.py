@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.params.launch import LaunchParams
+from contract.params.launch import CUDA_GRAPH_OFF_FLAG, LaunchParams
 from drafting import sglang_facts as rules
 from drafting.serving.findings import Finding, Severity, error, errors_in, info, warning
 from drafting.serving.flag_checks import check_extra_args, check_with_sglang_parser
@@ -38,6 +38,7 @@ class RenderedLaunch:
     algorithm: str | None
     shape: SpecShape | None
     findings: list[Finding] = field(default_factory=list)
+    cuda_graphs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Finding]:
@@ -52,6 +53,7 @@ class RenderedLaunch:
             "algorithm": self.algorithm,
             "ok": not self.errors,
             "findings": [f.as_dict() for f in self.findings],
+            "cuda_graphs": self.cuda_graphs,
         }
 
 
@@ -77,9 +79,35 @@ def render_launch(
     else:
         argv = [host.python, "-m", REFERENCE_MODULE, *_reference_args(params, shape)]
     env = {**params.env, "PYTHONUNBUFFERED": "1"}
+    graphs, graph_findings = cuda_graph_state(params, engine)
     return RenderedLaunch(
-        engine, argv, env, server_url(params), algorithm if shape else None, shape, findings
+        engine,
+        argv,
+        env,
+        server_url(params),
+        algorithm if shape else None,
+        shape,
+        findings + graph_findings,
+        graphs,
     )
+
+
+def cuda_graph_state(params: LaunchParams, engine: str) -> tuple[dict[str, Any], list[Finding]]:
+    """Whether the server runs CUDA graphs, and why not: results carry it next to every speed they report."""
+    if engine != "sglang":
+        state = {
+            "enabled": None,
+            "off_reason": "the reference engine runs in torch on the CPU: no CUDA graphs",
+        }
+        return state, []
+    if params.cuda_graphs:
+        return {"enabled": True, "off_reason": None}, []
+    message = (
+        f"CUDA graphs are off ({params.cuda_graphs_off_reason}): a small target's decoding is then bound by "
+        "kernel launches, so speeds measured this way say little about a deployment"
+    )
+    finding = warning("CUDA_GRAPHS_OFF", message, "set cuda_graphs true unless graph capture itself fails")
+    return {"enabled": False, "off_reason": params.cuda_graphs_off_reason}, [finding]
 
 
 def server_url(params: LaunchParams) -> str:
@@ -188,6 +216,8 @@ def _sglang_server_args(params: LaunchParams, algorithm: str | None, shape: Spec
         ]
         args += ["--speculative-num-draft-tokens", str(shape.num_draft_tokens)]
     args += _optional_args(params)
+    if not params.cuda_graphs:
+        args.append(CUDA_GRAPH_OFF_FLAG)
     return args + list(params.extra_args)
 
 

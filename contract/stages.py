@@ -15,6 +15,7 @@ from contract.params.checkpoint import DoctorParams, FixKeysParams
 from contract.params.common import StageParams
 from contract.params.evaluate import EvalParams
 from contract.params.extract import ExtractParams
+from contract.params.generate import GenerateParams
 from contract.params.gpu_check import GpuCheckParams
 from contract.params.launch import LaunchParams
 from contract.params.selftest import SelftestParams
@@ -42,6 +43,9 @@ _SPECS = (
     ),
     StageSpec("fix_keys", FixKeysParams, "drafting.stages.fix_keys", "convert a drafter to SGLang's layout"),
     StageSpec("doctor", DoctorParams, "drafting.stages.doctor", "check a drafter against SGLang's loader"),
+    StageSpec(
+        "generate", GenerateParams, "drafting.stages.generate", "a prompt set answered by the target"
+    ),
     StageSpec(
         "extract", ExtractParams, "drafting.stages.extract", "hidden states of a target over conversations"
     ),

@@ -13,11 +13,13 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from drafting.serving._reference_sampling import Sampling
 from drafting.serving.reference_engine import GenerateOutcome, GenerateRequest, ReferenceEngine
 
 log = logging.getLogger("eyas.reference_engine")
 MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default
+_GREEDY_BELOW = 1e-6  # SGLang's _SAMPLING_EPS: a temperature under it decodes greedily
 
 
 class BadRequest(Exception):
@@ -142,20 +144,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(503, {"error": {"message": "the server is still starting"}})
             return
         requests, batched = _parse_generate(self.engine, body)
+        skip_special = _skip_special_tokens(body)
+        if log.isEnabledFor(logging.DEBUG):
+            for request in requests:
+                log.debug("Receive: %s", json.dumps(_received(self.engine, request)))
         if body.get("stream"):
             if batched:
                 raise BadRequest("streaming a batch is not supported by the reference engine")
-            self._stream(requests[0])
+            self._stream(requests[0], skip_special)
             return
-        answers = [self._answer(_generate_or_die(self.engine, request)) for request in requests]
+        answers = [self._answer(_generate_or_die(self.engine, request), skip_special) for request in requests]
         self._send_json(200, answers if batched else answers[0])
 
-    def _answer(self, outcome: GenerateOutcome) -> dict[str, Any]:
+    def _answer(self, outcome: GenerateOutcome, skip_special: bool) -> dict[str, Any]:
         ids = outcome.result.output_ids
         meta = self.engine.meta_info(outcome, uuid.uuid4().hex)
-        return {"text": _decode(self.engine, ids), "output_ids": ids, "meta_info": meta}
+        return {"text": _decode(self.engine, ids, skip_special), "output_ids": ids, "meta_info": meta}
 
-    def _stream(self, request: GenerateRequest) -> None:
+    def _stream(self, request: GenerateRequest, skip_special: bool) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -175,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             outcome = _generate_or_die(self.engine, request, on_step)
-            self._send_event(self._answer(outcome))
+            self._send_event(self._answer(outcome, skip_special))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -216,16 +222,55 @@ def _parse_generate(engine: ReferenceEngine, body: dict[str, Any]) -> tuple[list
     sampling = body.get("sampling_params") or {}
     if not isinstance(sampling, dict):
         raise BadRequest("sampling_params must be an object")
-    temperature = sampling.get("temperature", 0.0)
-    if not isinstance(temperature, int | float) or temperature > 0:
-        raise BadRequest("the reference engine decodes greedily only: send temperature 0")
     max_new = sampling.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
     if not isinstance(max_new, int) or max_new < 1:
         raise BadRequest("max_new_tokens must be a positive integer")
+    how = _sampling(engine, sampling)
+    stop_ids = _stop_ids(sampling.get("stop_token_ids"))
     prompts, batched = _prompts(engine, body)
     ignore_eos = bool(sampling.get("ignore_eos", False))
-    requests = [GenerateRequest(ids, _clip(engine, ids, max_new), ignore_eos) for ids in prompts]
+    requests = [
+        GenerateRequest(ids, _clip(engine, ids, max_new), ignore_eos, how, stop_ids) for ids in prompts
+    ]
     return requests, batched
+
+
+def _sampling(engine: ReferenceEngine, sampling: dict[str, Any]) -> Sampling | None:
+    """None for greedy decoding (temperature 0, as SGLang reads it), else the checked sampling settings."""
+    temperature = _number(sampling, "temperature", 1.0)  # SGLang's default
+    top_p = _number(sampling, "top_p", 1.0)
+    top_k = sampling.get("top_k", -1)
+    seed = sampling.get("sampling_seed")
+    if not 0 <= temperature < float("inf"):
+        raise BadRequest(f"temperature must be a non-negative finite number, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise BadRequest(f"top_p must be in (0, 1], got {top_p}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k == 0 or top_k < -1:
+        raise BadRequest(f"top_k must be -1 (all tokens) or at least 1, got {top_k}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
+        raise BadRequest(f"sampling_seed must be an integer in [0, 2**63), got {seed!r}")
+    if temperature < _GREEDY_BELOW or top_k == 1:
+        return None
+    if engine.speculative:
+        raise BadRequest("the reference engine speculates greedily only: temperature 0, or serve no draft")
+    return Sampling(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+
+
+def _number(sampling: dict[str, Any], name: str, default: float) -> float:
+    value = sampling.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise BadRequest(f"{name} must be a number")
+    return float(value)
+
+
+def _stop_ids(value: Any) -> frozenset[int]:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise BadRequest("stop_token_ids must be a list of token ids")
+    return frozenset(value)
 
 
 def _prompts(engine: ReferenceEngine, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
@@ -266,6 +311,28 @@ def _encode(engine: ReferenceEngine, text: Any) -> list[int]:
     return list(tokenizer.encode(text))
 
 
-def _decode(engine: ReferenceEngine, ids: list[int]) -> str:
+def _decode(engine: ReferenceEngine, ids: list[int], skip_special: bool) -> str:
     tokenizer = engine.models.tokenizer if engine.models else None
-    return tokenizer.decode(ids) if tokenizer is not None else ""
+    return tokenizer.decode(ids, skip_special_tokens=skip_special) if tokenizer is not None else ""
+
+
+def _skip_special_tokens(body: dict[str, Any]) -> bool:
+    """SGLang leaves special tokens (the end-of-turn token among them) out of `text` unless asked."""
+    sampling = body.get("sampling_params") or {}
+    return bool(sampling.get("skip_special_tokens", True))
+
+
+def _received(engine: ReferenceEngine, request: GenerateRequest) -> dict[str, Any]:
+    """What a request asked for, as the debug log shows it (SGLang logs `Receive: obj=…` with
+    --log-requests): the prompt as ids and, with a tokenizer, as text."""
+    tokenizer = engine.models.tokenizer if engine.models else None
+    how = request.sampling
+    return {
+        "input_ids": request.prompt_ids,
+        "prompt": tokenizer.decode(request.prompt_ids) if tokenizer is not None else None,
+        "max_new_tokens": request.max_new_tokens,
+        "temperature": how.temperature if how else 0.0,
+        "top_p": how.top_p if how else 1.0,
+        "sampling_seed": how.seed if how else None,
+        "stop_token_ids": sorted(request.stop_ids),
+    }

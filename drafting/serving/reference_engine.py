@@ -2,11 +2,14 @@
 
     python -m drafting.serving.reference_engine --model T [--draft D --depth K] --port P
 
-It is NOT SGLang: it decodes one request at a time in torch (greedy only), with real greedy chain
-speculative decoding when a draft is given, so the whole pipeline can run on a laptop or in CI. It says so
-in its first log line and in /server_info. Endpoints: /health_generate (503 until warm), /generate
-(meta_info as SGLang's), /server_info, /flush_cache, /v1/models. Logs SGLang's `Decode batch …` and
-ready lines.
+It is NOT SGLang: it decodes one request at a time in torch, greedily (with real greedy chain speculative
+decoding when a draft is given) or by sampling (temperature, top_p, top_k, sampling_seed; without a draft),
+so the whole pipeline can run on a laptop or in CI. It says so in its first log line and in /server_info.
+Endpoints: /health_generate (503 until warm), /generate (meta_info as SGLang's), /server_info, /flush_cache,
+/v1/models. Logs SGLang's `Decode batch …` and ready lines; at log level debug, each request it receives.
+
+A request stops, as in SGLang, at the model's EOS tokens (config.json, generation_config.json and the
+tokenizer's eos_token) and at the request's `stop_token_ids`, unless it asks for ignore_eos.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from drafting.serving._engine_stats import DecodeBatchLog, SpecCounters
+from drafting.serving._reference_sampling import Sampling, sample_decode
 from drafting.serving.decoding import DecodeLimits, DecodeResult, greedy_decode, speculative_decode
 from drafting.serving.models import DTYPES, LoadedModels, load_models, pick_device
 from drafting.sglang_facts import READY_LINE
@@ -49,6 +53,8 @@ class GenerateRequest:
     prompt_ids: list[int]
     max_new_tokens: int
     ignore_eos: bool = False
+    sampling: Sampling | None = None  # None: greedy
+    stop_ids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class ReferenceEngine:
             None  # what SGLang 0.5.14's draft fc would raise (see sglang_dtype_fault)
         )
         self.models: LoadedModels | None = None
+        self.eos_ids: frozenset[int] = frozenset()
         self.counters = SpecCounters()
         self._lock = threading.Lock()
         self._queued = 0
@@ -92,6 +99,7 @@ class ReferenceEngine:
         device, dtype = pick_device(options.device), DTYPES[options.dtype]
         log.info("Load weight begin. device=%s, dtype=%s", device, options.dtype)
         self.models = load_models(options.model, options.draft, device=device, dtype=dtype)
+        self.eos_ids = stop_token_ids(self.models)
         if options.draft:
             self.dtype_fault = sglang_dtype_fault(options.model, options.draft)
         kinds = type(self.models.target).__name__ + (", Eagle3Drafter" if self.models.drafter else "")
@@ -106,7 +114,7 @@ class ReferenceEngine:
         """Decode one request (requests queue on a lock: the engine runs one at a time)."""
         assert self.models is not None
         models = self.models
-        eos = frozenset() if request.ignore_eos else models.eos_ids
+        eos = frozenset() if request.ignore_eos else self.eos_ids | request.stop_ids
         limits = DecodeLimits(request.max_new_tokens, eos)
         self._queued += 1
         with self._lock:
@@ -115,7 +123,9 @@ class ReferenceEngine:
             step_hook = self._step_hook(len(request.prompt_ids), on_step) if count else on_step
             if models.drafter is not None and self.dtype_fault and count:
                 raise RuntimeError(self.dtype_fault)
-            if models.drafter is None:
+            if request.sampling is not None:
+                result = sample_decode(models.target, request.prompt_ids, limits, request.sampling, step_hook)
+            elif models.drafter is None:
                 result = greedy_decode(models.target, request.prompt_ids, limits, step_hook)
             else:
                 drafter, depth = models.drafter, self.options.depth
@@ -177,7 +187,7 @@ class ReferenceEngine:
             state["avg_spec_accept_length"] = counters.avg_accept_length
         return {
             "engine": ENGINE_NAME,
-            "note": "eyas's reference engine, not SGLang: greedy, one request at a time, torch",
+            "note": "eyas's reference engine, not SGLang: one request at a time, torch",
             "model_path": options.model,
             "speculative_algorithm": "EAGLE3" if self.speculative else None,
             "speculative_draft_model_path": options.draft,
@@ -190,6 +200,24 @@ class ReferenceEngine:
             "internal_states": [state],
             "version": ENGINE_NAME,
         }
+
+
+def stop_token_ids(models: LoadedModels) -> frozenset[int]:
+    """The ids a request stops at, as SGLang gathers them: config.json's eos_token_id, generation_config's
+    (where chat models often name their end-of-turn token) and the tokenizer's eos_token."""
+    ids = set(models.eos_ids)
+    generation = getattr(models.target, "generation_config", None)
+    ids |= _as_ids(getattr(generation, "eos_token_id", None))
+    ids |= _as_ids(getattr(models.tokenizer, "eos_token_id", None))
+    return frozenset(ids)
+
+
+def _as_ids(value: object) -> set[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {value}
+    if isinstance(value, list | tuple):
+        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+    return set()
 
 
 _DTYPE_NAMES = {"bfloat16": "c10::BFloat16", "float16": "c10::Half", "float32": "c10::Half"}

@@ -1,0 +1,69 @@
+"""Magpie-style user turns: which ones the target wrote are kept.
+
+The target is sent its chat template's user-turn prefix alone and continues it with a user message, which
+ends at the template's end-of-turn token. A user turn is kept when it ended there (one cut by the token
+limit is half a question), its length is within [min_chars, max_chars], and neither it nor its normalised
+form (case, punctuation and spacing folded) was kept before: sampled prompts repeat a lot, and a repeated
+prompt teaches a drafter nothing new.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from contract.params.generate import SelfPromptParams
+from drafting.generation.client import Completion
+
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def normalise(text: str) -> str:
+    return _NOT_WORD.sub(" ", text.casefold()).strip()
+
+
+@dataclass
+class SelfPromptPlan:
+    """How many user turns are still wanted and how many may be sampled; the runner moves the counters."""
+
+    params: SelfPromptParams
+    needed: int  # params.count less those a previous run wrote
+    first_index: int
+    seen: set[str] = field(default_factory=set)  # kept user turns, exactly
+    seen_normalised: set[str] = field(default_factory=set)
+    attempted: int = 0
+    in_flight: int = 0
+    kept: int = 0
+
+    @classmethod
+    def resumed(cls, params: SelfPromptParams, written: Iterable[str], next_index: int) -> SelfPromptPlan:
+        texts = list(written)
+        needed = max(params.count - len(texts), 0)
+        return cls(params, needed, next_index, set(texts), {normalise(text) for text in texts})
+
+    @property
+    def more_wanted(self) -> bool:
+        return self.kept + self.in_flight < self.needed and self.attempted < self.params.attempts
+
+    def judge(self, completion: Completion) -> tuple[str | None, str]:
+        """(reason to drop or None, the user turn); a kept turn is remembered for deduplication at once, so
+        two attempts in flight cannot both keep the same prompt."""
+        text = completion.text.strip()
+        params = self.params
+        if completion.finish != "stop":
+            return "prompt_truncated", f"no end of turn within {params.max_new_tokens} tokens: {text[:80]!r}"
+        if not text:
+            return "prompt_empty", "the user turn has no text"
+        if len(text) < params.min_chars:
+            return "prompt_too_short", f"{len(text)} characters < min_chars {params.min_chars}: {text!r}"
+        if len(text) > params.max_chars:
+            return "prompt_too_long", f"{len(text)} characters > max_chars {params.max_chars}"
+        if text in self.seen:
+            return "prompt_duplicate", f"{text[:80]!r} was kept already"
+        folded = normalise(text)
+        if folded in self.seen_normalised:
+            return "prompt_near_duplicate", f"{text[:80]!r}: the same words as a kept one"
+        self.seen.add(text)
+        self.seen_normalised.add(folded)
+        return None, text

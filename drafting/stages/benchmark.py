@@ -16,12 +16,16 @@ from contract.params.benchmark import BenchmarkParams
 from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
 from drafting.serving.prompts import Prompt
+from drafting.serving.prompts.categories import benchmark_by_category
+from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder
 from drafting.serving.sweep import format_table, run_sweep
 from drafting.stages.base import StageContext, StageError, stage_prompts
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
-    prompts: list[Prompt] = stage_prompts(params.prompts, params.max_prompts)
+    prompts: list[Prompt] = stage_prompts(
+        params.prompts, params.max_prompts, chat_template_from=benchmark_tokenizer_folder(params)
+    )
     if params.mode == "single":
         assert params.url is not None
         try:
@@ -36,7 +40,8 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
         except RuntimeError as exc:
             raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
         ctx.log(f"result: {_headline(measured.summary)}")
-        return {"mode": "single", "url": params.url, **measured.as_dict()}
+        by_category = benchmark_by_category(prompts, measured.records)
+        return {"mode": "single", "url": params.url, **measured.as_dict(), **by_category}
     return _sweep(ctx, params, prompts)
 
 

@@ -46,3 +46,18 @@ def _row(group: list[PromptTally]) -> dict[str, Any]:
         accepted = sum(t.accepted_drafts or 0 for t in counted)
         row["accept_length"] = round((accepted + verify) / verify, 4)
     return row
+
+
+def request_tallies(categories: Sequence[str | None], records: Sequence[Any]) -> list[PromptTally]:
+    """A benchmark's per-request counts (load_client.RequestRecord: completion_tokens, spec_verify_ct)."""
+    return [
+        PromptTally(category, int(record.completion_tokens), record.spec_verify_ct)
+        for category, record in zip(categories, records, strict=True)
+    ]
+
+
+def benchmark_by_category(prompts: Sequence[Any], records: Sequence[Any]) -> dict[str, Any]:
+    """`{"by_category": …}` for a single-mode benchmark result (meta_info's accept length per category of
+    the prompt set), or nothing when the set has no categories."""
+    categories = by_category(request_tallies([p.category for p in prompts], records))
+    return {} if categories is None else {"by_category": categories}

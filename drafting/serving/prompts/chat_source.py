@@ -45,3 +45,14 @@ def server_tokenizer_folder(url: str, *, timeout_s: float = 30) -> str | None:
         if isinstance(value, str) and value.startswith("/") and Path(value).is_dir() and has_tokenizer(value):
             return value
     return None
+
+
+def benchmark_tokenizer_folder(params: Any) -> str | None:
+    """Where a benchmark's chat prompts get their template: a sweep's target (the launch spec's model), a
+    single-mode server's own report of what it loaded."""
+    launch = getattr(params, "launch", None)
+    if params.mode == "sweep" and launch is not None:
+        return str(launch.model)
+    if params.url is None:
+        return None
+    return server_tokenizer_folder(params.url, timeout_s=10)

@@ -40,7 +40,11 @@ class SweepLayout:
     speculative_port: int
 
     def as_dict(self) -> dict[str, object]:
-        return {"interleaved": self.interleaved, "reason": self.reason, "share_per_server": self.share}
+        return {
+            "interleaved": self.interleaved,
+            "interleave_reason": self.reason,
+            "mem_fraction_per_server": self.share,
+        }
 
 
 def server_spec(

@@ -144,7 +144,7 @@ def test_without_interleaving_each_server_runs_alone_and_the_result_says_so(
     )
     result = run_sweep(ctx, params, stage_prompts(params.prompts, params.max_prompts))
     assert result["interleaved"] is False
-    assert result["reason"] == "interleave is false in the params"
+    assert result["interleave_reason"] == "interleave is false in the params"
     servers = ctx.recording.of_type("server")
     assert [(e["config"], e["state"]) for e in servers if e["state"] in ("ready", "stopped")] == [
         (None, "ready"),

@@ -19,9 +19,12 @@ model cannot be saved, so the build asks for dequantised weights where the optio
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,26 @@ def build_from_gguf(
         raise TargetBuildError(f"{gguf}: no such GGUF file")
     wanted = {"builder": builder, "builder_version": version, "dtype": dtype, "gguf": file_identity(gguf)}
     folder.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(folder):
+        return _build_locked(folder, gguf, wanted, expected, dtype, started)
+
+
+@contextmanager
+def _exclusive(folder: Path) -> Iterator[None]:
+    """One build of `folder` at a time (two `eyas demo` runs, parallel test sessions): the second waits and
+    then finds the first one's folder cached."""
+    lock = folder.parent / f".{folder.name}.eyas-lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_locked(
+    folder: Path, gguf: Path, wanted: dict[str, Any], expected: Expected, dtype: str, started: float
+) -> BuiltTarget:
     atomic.clean_stale(folder)
     current = read_marker(folder)
     if current is not None and _same_build(current, wanted):

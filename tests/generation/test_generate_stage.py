@@ -1,0 +1,231 @@
+"""The generate stage end to end on the CPU: the reference engine serving the constructed chat target, every
+prompt format, multi-turn answers given the regenerated earlier ones, bad records with their reasons,
+self prompts with deduplication and a length filter, a stop request, and resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from contract.reasons import TerminationReason
+from drafting.generation.output import OutputMismatch
+from drafting.ml.conversations import tokenize_file
+from drafting.ml.demo_assets import build_tokenizer
+from drafting.stages import generate
+from drafting.stages.base import StageCancelled, StageError
+from drafting.userfiles import UserFileError
+from tests.generation.conftest import generate_params, output_records, received, write_prompts
+from tests.generation.targets import END_ID, answer_words
+from tests.ml.stage_process import run_stage_process
+from tests.serving.conftest import RecordingContext, start_stage
+
+CONTEXT = 64  # the engine's context length: a longer prompt is refused by the server
+
+
+def test_every_format_multi_turn_and_bad_records(chatty: Path, tmp_path: Path) -> None:
+    prompts = write_prompts(
+        tmp_path / "prompts.jsonl",
+        [
+            {
+                "id": "chat",
+                "messages": [
+                    {"role": "system", "content": "w9"},
+                    {"role": "user", "content": "w1 w2"},
+                    {"role": "assistant", "content": "stale"},
+                    {"role": "user", "content": "w5"},
+                ],
+            },
+            {"conversations": [{"from": "human", "value": "w3"}, {"from": "gpt", "value": "stale"}]},
+            {"question_id": 81, "category": "writing", "turns": ["w7 w8", "w10"]},
+            {"text": "w20 w21"},
+            "not json",
+            {"messages": [{"role": "wizard", "content": "w1"}]},
+            {"id": "chat", "text": "w30"},
+            {"text": " ".join(["w4"] * CONTEXT)},
+        ],
+    )
+    output = tmp_path / "out" / "conversations.jsonl"
+    params = generate_params(
+        chatty,
+        output,
+        prompts=str(prompts),
+        temperature=1.0,
+        max_new_tokens=12,
+        concurrency=3,
+        engine={"context_length": CONTEXT},
+    )
+    ctx = RecordingContext(work_dir=tmp_path)
+    result = generate.run(ctx, params)
+
+    records = {r["id"]: r for r in output_records(output)}
+    assert len(records) == 4
+    assert result["records"] == {"read": 8, "written": 4, "skipped_done": 0, "truncated": 0, "dropped": 4}
+    assert result["dropped"] == {
+        "duplicate": 1,
+        "malformed_record": 1,
+        "request_refused": 1,
+        "unknown_role": 1,
+    }
+    assert result["drop_examples"]["unknown_role"] == {"where": "line 6", "detail": "role 'wizard'"}
+    assert "context length" in result["drop_examples"]["request_refused"]["detail"]
+    chat = records["chat"]["messages"]
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user", "assistant"]
+    assert records["81"]["category"] == "writing"
+    answers = [m["content"] for r in records.values() for m in r["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 6
+    assert all(a.strip() and "stale" not in a and "<|end|>" not in a for a in answers)
+    assert all(
+        r["generation"]["finish"] == ["stop"] * len(r["generation"]["finish"]) for r in records.values()
+    )
+
+    # The second turn was asked with the first regenerated answer in its prompt.
+    requests = received(ctx.lines)
+    assert len(requests) == 6  # the one over the context is refused before the engine logs it
+    second = next(r for r in requests if r["prompt"].endswith("<|user|> w5 <|end|> <|assistant|>"))
+    assert f"<|assistant|> {chat[2]['content']} <|end|> <|user|> w5" in second["prompt"]
+    assert all(r["stop_token_ids"] == [END_ID] and r["sampling_seed"] is not None for r in requests)
+
+    assert result["requests"] == 6
+    assert result["finish_reasons"] == {"stop": 6}
+    assert result["generated_tokens"] > 0
+    assert result["tokens_per_s"] > 0
+    assert result["engine"] == "reference"
+    events = ctx.recording
+    assert events.of_type("progress")[-1]["fraction"] == 1.0
+    assert events.of_type("metric")[0]["name"] == "generate_tokens_per_s"
+    assert events.of_type("artifact")[-1]["path"] == str(output)
+    assert ctx.server_states()[-1] == "stopped"
+
+    samples, summary = tokenize_file(output, build_tokenizer(), max_len=256, overlong="truncate")
+    assert (len(samples), summary.kept) == (4, 4)  # extract reads what generate wrote
+
+
+def test_self_prompts_dedupe_filter_and_resume_for_more(chatty: Path, tmp_path: Path) -> None:
+    output = tmp_path / "self.jsonl"
+    self_prompts = {"count": 3, "min_chars": 5, "max_chars": 11, "max_new_tokens": 6, "max_attempts": 80}
+    params = generate_params(chatty, output, self_prompts=self_prompts, max_new_tokens=8, concurrency=3)
+    first = generate.run(RecordingContext(work_dir=tmp_path), params)
+
+    kept = output.read_bytes()
+    users = [r["messages"][0]["content"] for r in output_records(output)]
+    # The target starts every user turn at w0 and ends it with p 0.3 after each word: the turns within
+    # 5..11 characters are exactly these three, each kept once.
+    assert sorted(users) == ["w0 w1", "w0 w1 w2", "w0 w1 w2 w3"]
+    assert first["self_prompts"]["written"] == 3
+    assert first["self_prompts"]["attempts"] <= 80
+    assert {"prompt_too_short", "prompt_duplicate"} <= set(first["dropped"])
+    assert {"prompt_too_long", "prompt_truncated"} & set(first["dropped"])
+    assert first["drop_examples"]["prompt_too_short"]["detail"] == "2 characters < min_chars 5: 'w0'"
+    assert all(r["generation"]["source"] == "self_prompts" for r in output_records(output))
+
+    more = {**self_prompts, "count": 4, "max_chars": 14, "max_attempts": 150}
+    again = generate.run(
+        RecordingContext(work_dir=tmp_path), generate_params(chatty, output, self_prompts=more)
+    )
+    assert output.read_bytes().startswith(kept)
+    added = output_records(output)[3:]
+    assert [r["messages"][0]["content"] for r in added] == ["w0 w1 w2 w3 w4"]
+    assert again["resumed"]["kept"] == 3
+    assert again["self_prompts"]["written"] == 1
+    old_indexes = {int(r["id"].removeprefix("self-")) for r in output_records(output)[:3]}
+    assert int(added[0]["id"].removeprefix("self-")) > max(old_indexes)
+
+
+def test_a_stop_request_leaves_whole_records(chatty: Path, tmp_path: Path) -> None:
+    prompts = write_prompts(tmp_path / "p.jsonl", [{"text": f"w{i} w{i + 1}"} for i in range(30)])
+    output = tmp_path / "out.jsonl"
+    params = generate_params(chatty, output, prompts=str(prompts), temperature=0, max_new_tokens=40)
+    ctx = RecordingContext(work_dir=tmp_path)
+    stage = start_stage(generate.run, ctx, params)
+    stage.wait_for(lambda: output.exists() and output.read_bytes().count(b"\n") >= 2, timeout_s=120)
+    stage.stop()
+    assert isinstance(stage.outcome.get("error"), StageCancelled)
+    text = output.read_text()
+    assert text.endswith("\n")
+    written = [json.loads(line) for line in text.splitlines()]
+    assert 2 <= len(written) < 30
+    assert all(r["messages"][1]["content"] == answer_words(40) for r in written)
+    assert ctx.server_states()[-1] == "stopped"
+
+
+def test_a_killed_job_resumes_with_only_the_missing_records(chatty: Path, tmp_path: Path) -> None:
+    prompts = write_prompts(
+        tmp_path / "p.jsonl", [{"id": f"q{i}", "turns": [f"w{i}", "w1"]} for i in range(10)]
+    )
+    output = tmp_path / "out.jsonl"
+    values = {"prompts": str(prompts), "temperature": 0, "max_new_tokens": 30, "multi_turn": False}
+
+    def three_written(_line: str) -> bool:
+        return output.exists() and output.read_bytes().count(b"\n") >= 3
+
+    killed = run_stage_process(
+        "generate", generate_params(chatty, output, **values), tmp_path, kill_when=three_written
+    )
+    assert killed.result.exit_code == -signal.SIGKILL
+    _end_orphaned_server(killed.of_type("server"))
+    kept = output.read_bytes()
+    kept_ids = {json.loads(line)["id"] for line in kept.splitlines()}
+    assert 3 <= len(kept_ids) < 10
+    tail = b'{"id": "q9", "messages": [{"role": "us'  # what a kill inside a write leaves
+    output.write_bytes(kept + tail)
+
+    ctx = RecordingContext(work_dir=tmp_path)
+    result = generate.run(ctx, generate_params(chatty, output, **values))
+    assert output.read_bytes().startswith(kept)
+    records = output_records(output)
+    assert sorted(r["id"] for r in records) == sorted(f"q{i}" for i in range(10))
+    assert result["resumed"] == {"kept": len(kept_ids), "discarded_partial_bytes": len(tail)}
+    assert result["records"]["skipped_done"] == len(kept_ids)
+    assert result["records"]["written"] == result["records"]["truncated"] == 10 - len(kept_ids)
+    asked = received(ctx.lines)
+    assert len(asked) == 10 - len(kept_ids)  # one request per missing record: first turns only
+    assert all(r["sampling_seed"] is None for r in asked)  # greedy
+    for record in records:
+        assert [m["role"] for m in record["messages"]] == ["user", "assistant"]
+        assert record["messages"][1]["content"] == answer_words(30)  # greedy: the successor chain, cut
+        assert record["generation"] == {
+            "source": "prompts",
+            "finish": ["length"],
+            "completion_tokens": [30],
+            "truncated": True,
+        }
+
+
+def _end_orphaned_server(server_events: list[dict[str, object]]) -> None:
+    """The SIGKILLed stage could not stop its server (its own process group): end that group by its id."""
+    pids = {e["pid"] for e in server_events if isinstance(e.get("pid"), int)}
+    for pid in pids:
+        try:
+            os.killpg(int(pid), signal.SIGKILL)  # type: ignore[call-overload]
+        except ProcessLookupError:
+            pass
+
+
+def test_what_cannot_work_fails_before_any_server_starts(chatty: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    shutil.copytree(chatty, bare)
+    (bare / "chat_template.jinja").unlink()
+    prompts = write_prompts(tmp_path / "p.jsonl", [{"text": "w1"}])
+    ctx = RecordingContext(work_dir=tmp_path)
+    with pytest.raises(StageError) as no_template:
+        generate.run(ctx, generate_params(bare, tmp_path / "a.jsonl", prompts=str(prompts)))
+    assert no_template.value.reason == TerminationReason.BAD_INPUT
+    assert "no chat template" in no_template.value.message
+
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text('{"text": "not written by generate"}\n')
+    with pytest.raises(StageError) as mismatch:
+        generate.run(ctx, generate_params(chatty, foreign, prompts=str(prompts)))
+    assert mismatch.value.reason == TerminationReason.DATA_MISMATCH
+    assert isinstance(mismatch.value.__cause__, OutputMismatch)
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UserFileError, match="FIFO"):
+        generate.run(ctx, generate_params(chatty, tmp_path / "b.jsonl", prompts=str(fifo)))
+    assert ctx.server_states() == []

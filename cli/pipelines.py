@@ -132,21 +132,53 @@ def _uuid(value: str) -> str:
 
 
 def demo(
-    folder: Annotated[Path, typer.Argument(help="where to write the toy target, data and pipeline spec")],
+    folder: Annotated[Path, typer.Argument(help="where to write the target, prompts/data and pipeline spec")],
     host: Annotated[str | None, typer.Option(help="host the pipeline runs on")] = None,
+    target: Annotated[
+        str,
+        typer.Option(
+            help="tiny: a constructed toy target (seconds, plumbing only); smollm2: the real "
+            "SmolLM2-135M-Instruct built from its installed package (~1 min once, then cached)"
+        ),
+    ] = "tiny",
+    gguf: Annotated[
+        Path | None, typer.Option(help="--target smollm2: build from this GGUF file instead of the package's")
+    ] = None,
 ) -> None:
-    """Write a tiny local target, conversations, prompts and a pipeline.json for them (CPU engine)."""
-    from drafting.ml.demo_assets import demo_pipeline_spec, write_demo
-
+    """Write a local target, its data and a pipeline.json for them (CPU reference engine)."""
     folder = folder.resolve()
-    assets = write_demo(folder)
-    spec = demo_pipeline_spec(assets, workdir=str(folder / "runs"))
+    if target == "tiny":
+        from drafting.ml.demo_assets import demo_pipeline_spec, write_demo
+
+        assets = write_demo(folder)
+        spec = demo_pipeline_spec(assets, workdir=str(folder / "runs"))
+        wrote = "target, chats.jsonl, prompts.jsonl"
+    else:
+        spec, wrote = _real_demo(folder, target, gguf)
     if host:
         spec["host"] = host
     (folder / "pipeline.json").write_text(json.dumps(spec, indent=2))
     typer.echo(
-        f"wrote {folder}/target, chats.jsonl, prompts.jsonl and pipeline.json\n"
+        f"wrote {wrote} and pipeline.json in {folder}\n"
         f"run it: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait\n"
         "(its release gate asks for no speedup: the CPU reference engine is slower than plain decoding;"
         " with SGLang on a GPU keep the default threshold 1.0)"
     )
+
+
+def _real_demo(folder: Path, target: str, gguf: Path | None) -> tuple[dict[str, Any], str]:
+    from drafting.realmodels import REAL_TARGETS, TargetBuildError
+    from drafting.realmodels.demo import real_pipeline_spec, write_real_demo
+
+    if target not in REAL_TARGETS:
+        typer.echo(f"error: --target must be tiny or one of {', '.join(REAL_TARGETS)}", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"building {REAL_TARGETS[target].description} into {folder}/target (once; then cached)")
+    try:
+        assets = write_real_demo(folder, target=target, gguf=gguf)
+    except TargetBuildError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"target: {assets['target']} ({assets['built']})")
+    spec = real_pipeline_spec(assets, workdir=str(folder / "runs"))
+    return spec, "target, train_prompts.jsonl, mtbench.jsonl"

@@ -91,9 +91,11 @@ class DepthTally:
         }
 
 
+_DIVERGENCE_KEYS = ("position", "verdict", "baseline_token", "candidate_token", "margin", "bound")
+
+
 def _divergent_row(divergence: Divergence, prompt: Prompt) -> dict[str, Any]:
-    keep = ("position", "verdict", "baseline_token", "candidate_token", "margin", "bound", "scored_in")
-    keep += ("note",)
+    keep = (*_DIVERGENCE_KEYS, "scored_in", "note")
     row = {"prompt": divergence.request, **{k: v for k, v in divergence.as_dict().items() if k in keep}}
     if prompt.id is not None:
         row["id"] = prompt.id

@@ -237,3 +237,20 @@ def test_table_text_has_a_line_per_run() -> None:
     text = format_table([row(None, 1.0), row("5,4,8", 2.0, 1.5)])
     assert text.splitlines()[0].split()[:4] == ["run", "accept_len", "output_tok_s", "speedup"]
     assert text.splitlines()[2].startswith("5,4,8")
+
+
+def test_a_tree_the_resolved_engine_cannot_serve_is_refused_before_any_server_starts(
+    ctx: RecordingContext, tiny_pair: TinyPair
+) -> None:
+    # engine auto passes at submit; on this host (no GPU in the job) it resolves to the reference engine,
+    # which drafts chains only: the sweep must say so before spending a baseline launch on it
+    params = BenchmarkParams(
+        mode="sweep",
+        launch={"engine": "auto", "model": str(tiny_pair.target), "draft": str(tiny_pair.draft)},
+        configs=[{"steps": 3, "topk": 1, "draft_tokens": 4}, {"steps": 2, "topk": 2, "draft_tokens": 5}],
+    )
+    with pytest.raises(StageError) as caught:
+        benchmark_stage.run(ctx, params)
+    assert caught.value.reason is TerminationReason.LAUNCH_CHECK_FAILED
+    assert "sweep refused before starting anything: 2,2,5: REFERENCE_TREE_UNSUPPORTED" in caught.value.message
+    assert ctx.recording.of_type("server") == []

@@ -203,6 +203,16 @@ def test_gate_refuses_a_mean_above_the_threshold_whose_lower_bound_is_not() -> N
     assert at_threshold["deployable"] is False, "a lower bound equal to the threshold is not above it"
 
 
+def test_a_threshold_of_zero_asks_for_no_speedup_even_when_few_rounds_reach_below_zero() -> None:
+    gate = release_gate([row(None, 1.0), row("5,1,6", 0.5, -0.3)], None, 0.0)
+    assert gate["deployable"] is True
+    assert gate["verdict"] == (
+        "deployable at 5,1,6: no speedup asked for (threshold 0.0); speedup mean 0.5, 95 % CI -0.3–1.3, n 5"
+    )
+    mismatch = release_gate([row(None, 1.0), row("5,1,6", 0.5, 0.4, outputs_match=False)], None, 0.0)
+    assert mismatch["deployable"] is False, "outputs are still judged"
+
+
 def test_gate_judges_the_chosen_config_not_the_best() -> None:
     rows = [row(None, 1.0), row("16,1,17", 0.9, 0.8), row("10,1,11", 1.5, 1.3)]
     gate = release_gate(rows, SpecConfig.chain(16), 1.0)

@@ -57,41 +57,45 @@ def test_every_format_multi_turn_and_bad_records(chatty: Path, tmp_path: Path) -
         temperature=1.0,
         max_new_tokens=12,
         concurrency=3,
+        self_prompts={"count": 1, "min_chars": 5, "max_attempts": 40},
         engine={"context_length": CONTEXT},
     )
     ctx = RecordingContext(work_dir=tmp_path)
     result = generate.run(ctx, params)
 
-    records = {r["id"]: r for r in output_records(output)}
+    everything = {r["id"]: r for r in output_records(output)}
+    records = {key: r for key, r in everything.items() if r["generation"]["source"] == "prompts"}
+    written_self = [r for r in everything.values() if r["generation"]["source"] == "self_prompts"]
     assert len(records) == 4
-    assert result["records"] == {"read": 8, "written": 4, "skipped_done": 0, "truncated": 0, "dropped": 4}
-    assert result["dropped"] == {
-        "duplicate": 1,
-        "malformed_record": 1,
-        "request_refused": 1,
-        "unknown_role": 1,
-    }
+    assert len(written_self) == result["self_prompts"]["written"] == 1
+    assert len(written_self[0]["messages"][0]["content"]) >= 5
+    assert result["records"]["read"] == 8
+    assert result["records"]["written"] == 5
+    assert result["records"]["truncated"] == 0
+    from_prompts = {k: n for k, n in result["dropped"].items() if not k.startswith("prompt_")}
+    assert from_prompts == {"duplicate": 1, "malformed_record": 1, "request_refused": 1, "unknown_role": 1}
     assert result["drop_examples"]["unknown_role"] == {"where": "line 6", "detail": "role 'wizard'"}
     assert "context length" in result["drop_examples"]["request_refused"]["detail"]
     chat = records["chat"]["messages"]
     assert [m["role"] for m in chat] == ["system", "user", "assistant", "user", "assistant"]
     assert records["81"]["category"] == "writing"
-    answers = [m["content"] for r in records.values() for m in r["messages"] if m["role"] == "assistant"]
-    assert len(answers) == 6
+    answers = [m["content"] for r in everything.values() for m in r["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 7
     assert all(a.strip() and "stale" not in a and "<|end|>" not in a for a in answers)
     assert all(
-        r["generation"]["finish"] == ["stop"] * len(r["generation"]["finish"]) for r in records.values()
+        r["generation"]["finish"] == ["stop"] * len(r["generation"]["finish"]) for r in everything.values()
     )
 
     # The second turn was asked with the first regenerated answer in its prompt.
     requests = received(ctx.lines)
-    assert len(requests) == 6  # the one over the context is refused before the engine logs it
+    # six answers to the prompts (the one over the context is refused before the engine logs it), then the
+    # self prompts' user turns and the one answer
+    assert len(requests) == result["requests"] == 6 + result["self_prompts"]["attempts"] + 1
     second = next(r for r in requests if r["prompt"].endswith("<|user|> w5 <|end|> <|assistant|>"))
     assert f"<|assistant|> {chat[2]['content']} <|end|> <|user|> w5" in second["prompt"]
     assert all(r["stop_token_ids"] == [END_ID] and r["sampling_seed"] is not None for r in requests)
 
-    assert result["requests"] == 6
-    assert result["finish_reasons"] == {"stop": 6}
+    assert result["finish_reasons"]["stop"] >= 7
     assert result["generated_tokens"] > 0
     assert result["tokens_per_s"] > 0
     assert result["engine"] == "reference"
@@ -102,7 +106,7 @@ def test_every_format_multi_turn_and_bad_records(chatty: Path, tmp_path: Path) -
     assert ctx.server_states()[-1] == "stopped"
 
     samples, summary = tokenize_file(output, build_tokenizer(), max_len=256, overlong="truncate")
-    assert (len(samples), summary.kept) == (4, 4)  # extract reads what generate wrote
+    assert (len(samples), summary.kept) == (5, 5)  # extract reads what generate wrote
 
 
 def test_self_prompts_dedupe_filter_and_resume_for_more(chatty: Path, tmp_path: Path) -> None:
@@ -151,6 +155,24 @@ def test_a_stop_request_leaves_whole_records(chatty: Path, tmp_path: Path) -> No
     assert 2 <= len(written) < 30
     assert all(r["messages"][1]["content"] == answer_words(40) for r in written)
     assert ctx.server_states()[-1] == "stopped"
+
+
+def test_a_server_that_dies_fails_the_job_and_keeps_whole_records(chatty: Path, tmp_path: Path) -> None:
+    prompts = write_prompts(tmp_path / "p.jsonl", [{"text": f"w{i} w{i + 1}"} for i in range(30)])
+    output = tmp_path / "out.jsonl"
+    params = generate_params(chatty, output, prompts=str(prompts), temperature=0, max_new_tokens=40)
+    ctx = RecordingContext(work_dir=tmp_path)
+    stage = start_stage(generate.run, ctx, params)
+    stage.wait_for(lambda: output.exists() and output.read_bytes().count(b"\n") >= 2, timeout_s=120)
+    _end_orphaned_server(ctx.recording.of_type("server"))
+    stage.thread.join(60)
+    failure = stage.outcome.get("error")
+    assert isinstance(failure, StageError), stage.outcome
+    assert failure.reason == TerminationReason.SERVER_DIED
+    assert "stopped answering" in failure.message
+    text = output.read_text()
+    assert text.endswith("\n")
+    assert failure.details["written"] == len(text.splitlines()) >= 2
 
 
 def test_a_killed_job_resumes_with_only_the_missing_records(chatty: Path, tmp_path: Path) -> None:

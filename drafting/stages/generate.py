@@ -49,8 +49,10 @@ def run(ctx: StageContext, params: GenerateParams) -> dict[str, Any]:
             on_progress=progress.update,
         )
         tally = _generate(ctx, params, generation, plan, server)
+    progress.finish(tally)
     result = {
         "output": params.output,
+        "output_records": existing.records + tally.written,
         "engine": rendered.engine,
         "url": rendered.url,
         **tally.as_dict(),
@@ -59,7 +61,7 @@ def run(ctx: StageContext, params: GenerateParams) -> dict[str, Any]:
         "stop_token_ids": sorted(facts.stop_ids),
         "wall_s": round(time.monotonic() - started, 3),
     }
-    ctx.artifact("conversations", params.output, {"records": existing.records + tally.written})
+    ctx.artifact("conversations", params.output, {"records": result["output_records"]})
     ctx.log(_summary(result))
     return result
 
@@ -174,6 +176,12 @@ class _Progress:
         if now - self.metric_at >= METRIC_INTERVAL_S:
             self.metric_at = now
             self.ctx.metric("generate_tokens_per_s", rate, step=done)
+
+    def finish(self, tally: Tally) -> None:
+        """The last word: done (self prompts may stop short of count when max_attempts runs out)."""
+        done = tally.prompts_finished + tally.self_written
+        self.ctx.progress(1.0, f"{tally.written} records written, {tally.tokens_per_s:.1f} tok/s")
+        self.ctx.metric("generate_tokens_per_s", tally.tokens_per_s, step=done)
 
 
 def _sampling_summary(params: GenerateParams, engine: str) -> dict[str, Any]:

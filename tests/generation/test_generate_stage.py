@@ -164,7 +164,7 @@ def test_a_server_that_dies_fails_the_job_and_keeps_whole_records(chatty: Path, 
     ctx = RecordingContext(work_dir=tmp_path)
     stage = start_stage(generate.run, ctx, params)
     stage.wait_for(lambda: output.exists() and output.read_bytes().count(b"\n") >= 2, timeout_s=120)
-    _end_orphaned_server(ctx.recording.of_type("server"))
+    _kill_servers(ctx.recording.of_type("server"))
     stage.thread.join(60)
     failure = stage.outcome.get("error")
     assert isinstance(failure, StageError), stage.outcome
@@ -189,7 +189,7 @@ def test_a_killed_job_resumes_with_only_the_missing_records(chatty: Path, tmp_pa
         "generate", generate_params(chatty, output, **values), tmp_path, kill_when=three_written
     )
     assert killed.result.exit_code == -signal.SIGKILL
-    _end_orphaned_server(killed.of_type("server"))
+    _kill_servers(killed.of_type("server"))
     kept = output.read_bytes()
     kept_ids = {json.loads(line)["id"] for line in kept.splitlines()}
     assert 3 <= len(kept_ids) < 10
@@ -202,6 +202,7 @@ def test_a_killed_job_resumes_with_only_the_missing_records(chatty: Path, tmp_pa
     records = output_records(output)
     assert sorted(r["id"] for r in records) == sorted(f"q{i}" for i in range(10))
     assert result["resumed"] == {"kept": len(kept_ids), "discarded_partial_bytes": len(tail)}
+    assert result["output_records"] == 10
     assert result["records"]["skipped_done"] == len(kept_ids)
     assert result["records"]["written"] == result["records"]["truncated"] == 10 - len(kept_ids)
     asked = received(ctx.lines)
@@ -218,8 +219,9 @@ def test_a_killed_job_resumes_with_only_the_missing_records(chatty: Path, tmp_pa
         }
 
 
-def _end_orphaned_server(server_events: list[dict[str, object]]) -> None:
-    """The SIGKILLed stage could not stop its server (its own process group): end that group by its id."""
+def _kill_servers(server_events: list[dict[str, object]]) -> None:
+    """End the servers these events name, by their process group (a server runs in its own): the one a
+    SIGKILLed stage could not stop, or one the test kills under a running stage."""
     pids = {e["pid"] for e in server_events if isinstance(e.get("pid"), int)}
     for pid in pids:
         try:

@@ -2,57 +2,40 @@
 position, and only a real loss fails it.
 
 Real torch decoding on the constructed successor target (drafting.ml.demo_assets) with a planted near-tie (the
-target's top two logits 0.1 apart after TIED). The two faults are planted in eyas's own decoder, not mocked:
-a lossy verify keeps every draft without comparing it with the target's choice; a rounding flip makes the
-verify forward pick the runner-up wherever the top two are within 0.2 logits, as a bf16 kernel with another
-reduction order can.
+target's top two logits 0.1 apart after TIED). The two faults are planted in eyas's own decoder, not mocked
+(tests.serving.planted): a lossy verify keeps every draft without comparing it with the target's choice; a
+rounding flip makes the verify forward pick the runner-up wherever the top two are within 0.2 logits, as a
+bf16 kernel with another reduction order can.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from contract.params.evaluate import EvalParams
-from drafting.ml.demo_assets import SPECIALS, successor, successor_target
-from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
-from drafting.serving import decoding
+from drafting.ml.demo_assets import SPECIALS, successor
+from drafting.ml.drafter import save_drafter
 from drafting.serving.evaluation import evaluate_acceptance
 from drafting.serving.models import load_models
 from drafting.serving.prompts import Prompt
 from drafting.stages import evaluate
 from drafting.stages.base import StageContext
-
-TIED = len(SPECIALS) + 5
-RIVAL = len(SPECIALS) + 20
-PLANTED_MARGIN = 0.1
-FLIP_BELOW = 0.2
+from tests.serving import planted
+from tests.serving.planted import PLANTED_MARGIN, RIVAL, TIED, random_drafter
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The successor target with RIVAL 0.1 logits under the successor after TIED, and a random drafter."""
     root = tmp_path_factory.mktemp("evaldiv")
-    folder = successor_target(root / "target")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([[TIED]])).logits[0, -1]
-        top = float(logits[successor(TIED)])
-        direction = model.lm_head.weight[successor(TIED)] / top
-        model.lm_head.weight[RIVAL] += direction * (top - PLANTED_MARGIN - float(logits[RIVAL]))
-    model.save_pretrained(folder)
+    folder = planted.near_tie_target(root / "target")
     config = json.loads((folder / "config.json").read_text())
-    torch.manual_seed(0)
-    drafter = Eagle3Drafter.from_target_config(
-        config, draft_vocab_size=int(config["vocab_size"]), aux_layer_ids=default_aux_layers(8)
-    )
-    save_drafter(drafter, root / "draft", target_config=config)
+    save_drafter(random_drafter(config), root / "draft", target_config=config)
     return folder, root / "draft"
 
 
@@ -86,7 +69,7 @@ def test_an_honest_drafter_gives_identical_outputs(pair: tuple[Path, Path]) -> N
 def test_a_lossy_verify_is_caught_as_a_real_loss(
     pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(decoding, "_matching_prefix", lambda drafts, choices: len(drafts))
+    planted.plant("lossy", monkeypatch.setattr)
     row = _evaluate(pair)
     assert row["outputs_match"] is False
     assert row["divergence"]["real_loss"] >= 1
@@ -96,23 +79,10 @@ def test_a_lossy_verify_is_caught_as_a_real_loss(
     assert all(d["position"] is not None and d["category"] in ("tie", "clear") for d in losses)
 
 
-def _flipping(forward: Callable[..., Any]) -> Callable[..., Any]:
-    def flipped(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, aux = forward(*args, **kwargs)
-        logits = logits.clone()
-        values, indices = logits.topk(2, dim=-1)
-        close = (values[:, 0] - values[:, 1]) < FLIP_BELOW
-        rows = close.nonzero().flatten()
-        logits[rows, indices[rows, 1]] = values[rows, 0] + 1.0  # the runner-up now wins
-        return logits, aux
-
-    return flipped
-
-
 def test_a_rounding_flip_at_the_planted_near_tie_is_a_near_tie_and_passes(
     pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(decoding, "_forward_capturing", _flipping(decoding._forward_capturing))
+    planted.plant("flip", monkeypatch.setattr)
     row = _evaluate(pair)
     assert row["divergence"]["near_tie"] == 2  # both prompts that walk through TIED
     assert row["divergence"]["real_loss"] == 0

@@ -1,7 +1,7 @@
 """The divergence classifier: a planted near-tie passes as one, a planted lossy verify fails as a real loss.
 
-Both run real torch decoding on constructed successor targets (drafting.ml.demo_assets); the lossy verify is
-a planted fault in the reference decoder (it accepts every draft without checking it), not a mock.
+Both run real torch decoding on constructed successor targets (drafting.ml.demo_assets); the near-tie and the
+lossy verify (every draft accepted without checking it) are planted by tests.serving.planted, not mocked.
 """
 
 from __future__ import annotations
@@ -12,30 +12,18 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from drafting.ml.demo_assets import SPECIALS, successor, successor_target
-from drafting.ml.drafter import Eagle3Drafter, default_aux_layers
-from drafting.serving import decoding
+from drafting.ml.demo_assets import SPECIALS, successor
 from drafting.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
 from drafting.serving.divergence import TargetScorer, classify, first_divergence, near_tie_bound
 from drafting.serving.smoke import Answer, SmokeOptions, judge
-
-TIED = len(SPECIALS) + 5  # at this token the target's top two are its successor and RIVAL
-RIVAL = len(SPECIALS) + 20
-PLANTED_MARGIN = 0.1
+from tests.serving import planted
+from tests.serving.planted import PLANTED_MARGIN, RIVAL, TIED, random_drafter
 
 
 @pytest.fixture(scope="module")
 def near_tie_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The successor target with a second token RIVAL PLANTED_MARGIN logits below the successor after TIED."""
-    folder = successor_target(tmp_path_factory.mktemp("tie") / "target")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    logits = _next_logits(model, TIED)
-    top = float(logits[successor(TIED)])
-    with torch.no_grad():
-        direction = model.lm_head.weight[successor(TIED)] / top  # the successor's row scores TIED at `top`
-        model.lm_head.weight[RIVAL] += direction * (top - PLANTED_MARGIN - float(logits[RIVAL]))
-    model.save_pretrained(folder)
-    return folder
+    return planted.near_tie_target(tmp_path_factory.mktemp("tie") / "target")
 
 
 def _next_logits(model: torch.nn.Module, token: int) -> torch.Tensor:
@@ -86,17 +74,11 @@ def test_a_lossy_verify_is_caught_as_a_real_loss_by_the_smoke_judge(
     draft then puts tokens the target would not choose into the output; acceptance looks great, the judge
     fails it."""
     target = AutoModelForCausalLM.from_pretrained(near_tie_target, dtype=torch.float32).eval()
-    config = target.config.to_dict()
-    torch.manual_seed(0)
-    drafter = Eagle3Drafter.from_target_config(
-        config, draft_vocab_size=int(config["vocab_size"]), aux_layer_ids=default_aux_layers(8)
-    )
-    drafter.set_target_embeddings(target.get_input_embeddings().weight.detach())
-    drafter.eval()
+    drafter = random_drafter(target.config.to_dict(), target.get_input_embeddings().weight.detach()).eval()
     prompts = [[len(SPECIALS) + i, len(SPECIALS) + i + 1] for i in range(3)]
     limits = DecodeLimits(16)
     baseline = [greedy_decode(target, p, limits).output_ids for p in prompts]
-    monkeypatch.setattr(decoding, "_matching_prefix", lambda drafts, choices: len(drafts))
+    planted.plant("lossy", monkeypatch.setattr)
     lossy = [speculative_decode(target, drafter, p, limits, 3) for p in prompts]
     answers = [Answer(r.output_ids, len(r.output_ids), r.verify_ct, r.accept_length) for r in lossy]
     scorer = TargetScorer(near_tie_target, device="cpu")
@@ -110,12 +92,7 @@ def test_a_lossy_verify_is_caught_as_a_real_loss_by_the_smoke_judge(
 
 def test_an_honest_verify_with_the_same_draft_passes_the_judge(near_tie_target: Path) -> None:
     target = AutoModelForCausalLM.from_pretrained(near_tie_target, dtype=torch.float32).eval()
-    config = target.config.to_dict()
-    torch.manual_seed(0)
-    drafter = Eagle3Drafter.from_target_config(
-        config, draft_vocab_size=int(config["vocab_size"]), aux_layer_ids=default_aux_layers(8)
-    )
-    drafter.set_target_embeddings(target.get_input_embeddings().weight.detach())
+    drafter = random_drafter(target.config.to_dict(), target.get_input_embeddings().weight.detach())
     prompts = [[len(SPECIALS) + i] for i in range(2)]
     baseline = [greedy_decode(target, p, DecodeLimits(12)).output_ids for p in prompts]
     honest = [speculative_decode(target, drafter.eval(), p, DecodeLimits(12), 3) for p in prompts]

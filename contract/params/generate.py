@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from contract.params.common import HostPath, StageParams
+from contract.params.common import HostPath, PromptSource, StageParams
 from contract.params.launch import LaunchParams
 
 MAX_SEED = 2**63 - 1  # SGLang's sampling_seed is an int64
@@ -85,6 +85,13 @@ class GenerateParams(StageParams):
     self_prompts: SelfPromptParams | None = Field(
         None, description="the target also writes user turns itself (with or without `prompts`)"
     )
+    holdout_prompts: list[PromptSource] = Field(
+        default_factory=list,
+        max_length=16,
+        description="evaluation prompt sets (paths or names such as mtbench) kept out of training: a record "
+        "or "
+        "self-written user turn equal to one of their user turns is dropped (overlaps_holdout)",
+    )
     request_timeout_s: float = Field(600, gt=0, le=86_400, description="one request's deadline")
     engine: LaunchParams = Field(
         description="the server that generates: a launch spec whose model is the target (filled in when "
@@ -122,7 +129,8 @@ class GenerateParams(StageParams):
         return self
 
     def host_paths(self) -> list[str]:
-        return super().host_paths() + self.engine.host_paths()
+        held_out = [source for source in self.holdout_prompts if source.startswith("/")]
+        return super().host_paths() + held_out + self.engine.host_paths()
 
     def needs_gpus(self) -> bool:
         return self.engine.needs_gpus()

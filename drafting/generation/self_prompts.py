@@ -32,6 +32,7 @@ class SelfPromptPlan:
     first_index: int
     seen: set[str] = field(default_factory=set)  # kept user turns, exactly
     seen_normalised: set[str] = field(default_factory=set)
+    held_out: frozenset[str] = frozenset()  # normalised user turns of the held-out evaluation sets
     attempted: int = 0
     in_flight: int = 0
     kept: int = 0
@@ -64,6 +65,8 @@ class SelfPromptPlan:
         folded = normalise(text)
         if folded in self.seen_normalised:
             return "prompt_near_duplicate", f"{text[:80]!r}: the same words as a kept one"
+        if folded in self.held_out:
+            return "overlaps_holdout", f"{text[:80]!r} is a user turn of a held-out evaluation set"
         self.seen.add(text)
         self.seen_normalised.add(folded)
         return None, text

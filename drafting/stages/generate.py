@@ -15,6 +15,7 @@ from typing import Any
 from contract.params.generate import GenerateParams
 from contract.reasons import TerminationReason
 from drafting.generation.client import EngineUnavailable, Sampling
+from drafting.generation.holdout import HeldOut, load_holdout, without_held_out
 from drafting.generation.inputs import count_records, read_prompts
 from drafting.generation.output import DurableWriter, Existing, OutputMismatch, prepare_output
 from drafting.generation.runner import Cancelled, Generation, RunSettings
@@ -34,7 +35,8 @@ def run(ctx: StageContext, params: GenerateParams) -> dict[str, Any]:
     tokenizer, facts = _chat_template(params)
     existing = _prepared_output(ctx, params)
     total = _prompt_total(params)
-    plan = _self_prompt_plan(params, existing)
+    held_out = _held_out(params)
+    plan = _self_prompt_plan(params, existing, held_out)
     rendered = checked_launch(ctx, params.engine)
     ctx.log(f"generate: starting the {rendered.engine} engine for {params.target}")
     with launched_server(ctx, params.engine, rendered) as server:
@@ -48,7 +50,7 @@ def run(ctx: StageContext, params: GenerateParams) -> dict[str, Any]:
             cancel=ctx.cancel,
             on_progress=progress.update,
         )
-        tally = _generate(ctx, params, generation, plan, server)
+        tally = _generate(ctx, params, generation, plan, server, held_out)
     progress.finish(tally)
     result = {
         "output": params.output,
@@ -106,10 +108,20 @@ def _prompt_total(params: GenerateParams) -> int:
     return min(lines, params.limit) if params.limit is not None else lines
 
 
-def _self_prompt_plan(params: GenerateParams, existing: Existing) -> SelfPromptPlan | None:
+def _held_out(params: GenerateParams) -> HeldOut:
+    """The evaluation sets to keep out of training, read before any server starts."""
+    try:
+        return load_holdout(params.holdout_prompts)
+    except (OSError, ValueError) as problem:
+        raise StageError(f"holdout_prompts: {problem}", reason=TerminationReason.BAD_INPUT) from problem
+
+
+def _self_prompt_plan(params: GenerateParams, existing: Existing, held_out: HeldOut) -> SelfPromptPlan | None:
     if params.self_prompts is None:
         return None
-    return SelfPromptPlan.resumed(params.self_prompts, existing.self_prompts, existing.next_self_index)
+    plan = SelfPromptPlan.resumed(params.self_prompts, existing.self_prompts, existing.next_self_index)
+    plan.held_out = held_out.turns
+    return plan
 
 
 def _settings(params: GenerateParams, url: str) -> RunSettings:
@@ -135,9 +147,12 @@ def _generate(
     generation: Generation,
     plan: SelfPromptPlan | None,
     server: LiveServer,
+    held_out: HeldOut,
 ) -> Tally:
     prompts = (
-        read_prompts(Path(params.prompts), multi_turn=params.multi_turn, limit=params.limit)
+        without_held_out(
+            read_prompts(Path(params.prompts), multi_turn=params.multi_turn, limit=params.limit), held_out
+        )
         if params.prompts is not None
         else []
     )

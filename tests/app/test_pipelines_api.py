@@ -169,3 +169,46 @@ def test_cancelling_a_pipeline_that_ended_is_a_409_like_a_job(
     assert [j["state"] for j in after["jobs"]] == ["succeeded"] * 6
     job_refused = client.post(f"/v1/jobs/{pipeline['jobs'][0]['id']}/cancel", headers=admin)
     assert job_refused.status_code == 409  # the same answer as for one of its jobs
+
+
+def _from_prompts(tmp: str, **extra: Any) -> dict[str, Any]:
+    body = spec(tmp, **extra)
+    del body["data"]
+    body["generate"] = {"prompts": f"{tmp}/train_prompts.jsonl", "engine": {"engine": "reference"}}
+    body["eval"] = {**body["eval"], "prompts": "mtbench"}
+    return body
+
+
+def test_a_pipeline_can_start_from_prompts_and_keeps_eval_prompts_held_out(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    created = client.post("/v1/pipelines", json=_from_prompts(str(tmp_path)), headers=admin)
+    assert created.status_code == 201, created.text
+    pipeline = created.json()
+    jobs = {j["kind"]: j for j in pipeline["jobs"]}
+    assert [j["kind"] for j in pipeline["jobs"]][:2] == ["generate", "extract"]
+    generate = jobs["generate"]["params"]
+    assert generate["output"].endswith(f"{pipeline['id']}/conversations.jsonl")
+    assert generate["holdout_prompts"] == ["mtbench"]  # the eval set is held out of training
+    assert jobs["extract"]["params"]["data"] == generate["output"]
+    run_step(settings, jobs["generate"]["id"], artifact=("conversations", "/elsewhere/chats.jsonl"))
+    extract = client.get(f"/v1/jobs/{jobs['extract']['id']}", headers=admin).json()
+    assert extract["state"] == "queued"
+    assert extract["params"]["data"] == "/elsewhere/chats.jsonl"
+
+
+def test_training_on_the_evaluation_prompts_is_refused(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    same = _from_prompts(str(tmp_path))
+    same["generate"]["prompts"] = "mtbench"
+    refused = client.post("/v1/pipelines", json=same, headers=admin)
+    assert refused.status_code == 422
+    assert "held out" in refused.text
+    both = _from_prompts(str(tmp_path), data=f"{tmp_path}/data.jsonl")
+    assert client.post("/v1/pipelines", json=both, headers=admin).status_code == 422
+    neither = spec(str(tmp_path))
+    del neither["data"]
+    assert client.post("/v1/pipelines", json=neither, headers=admin).status_code == 422
+    assert client.get("/v1/jobs", headers=admin).json()["items"] == []

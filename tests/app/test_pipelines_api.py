@@ -206,7 +206,7 @@ def test_training_on_the_evaluation_prompts_is_refused(
     refused = client.post("/v1/pipelines", json=same, headers=admin)
     assert refused.status_code == 422
     assert "held out" in refused.text
-    both = _from_prompts(str(tmp_path), data=f"{tmp_path}/data.jsonl")
+    both = {**_from_prompts(str(tmp_path)), "data": f"{tmp_path}/data.jsonl"}
     assert client.post("/v1/pipelines", json=both, headers=admin).status_code == 422
     neither = spec(str(tmp_path))
     del neither["data"]

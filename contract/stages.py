@@ -4,30 +4,34 @@ The API validates a job's params with `STAGES[kind].params` at submit time; the 
 `STAGES[kind].module` (in the drafting library) only when a job of that kind runs, and calls its
 `run(ctx, params)`. GPU needs come from the params themselves (`params.gpus_needed()`), since they depend on
 the values (a `train` on `cuda` holds GPUs, one on `cpu` none).
+
+Each params model is named by its dotted path and imported on first use: a stage process needs its own kind's
+model only, and importing every stage's params (pydantic building each model) cost ~300 ms of CPU per job.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from contract.params.benchmark import BenchmarkParams
-from contract.params.checkpoint import DoctorParams, FixKeysParams
-from contract.params.common import StageParams
-from contract.params.evaluate import EvalParams
-from contract.params.extract import ExtractParams
-from contract.params.generate import GenerateParams
-from contract.params.gpu_check import GpuCheckParams
-from contract.params.launch import LaunchParams
-from contract.params.selftest import SelftestParams
-from contract.params.train import TrainParams
+if TYPE_CHECKING:
+    from contract.params.common import StageParams
 
 
 @dataclass(frozen=True)
 class StageSpec:
     kind: str
-    params: type[StageParams]
+    params_name: str  # "package.module.Model", imported on first use
     module: str  # imported by the stage process only: `run(ctx, params) -> result`
     description: str
+
+    @property
+    def params(self) -> type[StageParams]:
+        """The params model (its module is imported now if it was not already)."""
+        module, _, name = self.params_name.rpartition(".")
+        model: type[StageParams] = getattr(importlib.import_module(module), name)
+        return model
 
     def parse(self, raw: object) -> StageParams:
         """Validated params; raises pydantic.ValidationError."""
@@ -36,25 +40,62 @@ class StageSpec:
 
 _SPECS = (
     StageSpec(
-        "selftest", SelftestParams, "drafting.stages.selftest", "prints lines, sleeps, exits with a code"
+        "selftest",
+        "contract.params.selftest.SelftestParams",
+        "drafting.stages.selftest",
+        "prints lines, sleeps, exits with a code",
     ),
     StageSpec(
-        "gpu_check", GpuCheckParams, "drafting.stages.gpu_check", "NVML inventory and clean/dirty verdict"
-    ),
-    StageSpec("fix_keys", FixKeysParams, "drafting.stages.fix_keys", "convert a drafter to SGLang's layout"),
-    StageSpec("doctor", DoctorParams, "drafting.stages.doctor", "check a drafter against SGLang's loader"),
-    StageSpec(
-        "generate", GenerateParams, "drafting.stages.generate", "a prompt set answered by the target"
+        "gpu_check",
+        "contract.params.gpu_check.GpuCheckParams",
+        "drafting.stages.gpu_check",
+        "NVML inventory and clean/dirty verdict",
     ),
     StageSpec(
-        "extract", ExtractParams, "drafting.stages.extract", "hidden states of a target over conversations"
+        "fix_keys",
+        "contract.params.checkpoint.FixKeysParams",
+        "drafting.stages.fix_keys",
+        "convert a drafter to SGLang's layout",
     ),
-    StageSpec("train", TrainParams, "drafting.stages.train", "train an EAGLE-3 drafter"),
-    StageSpec("launch", LaunchParams, "drafting.stages.launch", "start an SGLang (or reference) server"),
     StageSpec(
-        "benchmark", BenchmarkParams, "drafting.stages.benchmark", "acceptance and throughput of a server"
+        "doctor",
+        "contract.params.checkpoint.DoctorParams",
+        "drafting.stages.doctor",
+        "check a drafter against SGLang's loader",
     ),
-    StageSpec("eval", EvalParams, "drafting.stages.evaluate", "offline acceptance of a drafter"),
+    StageSpec(
+        "generate",
+        "contract.params.generate.GenerateParams",
+        "drafting.stages.generate",
+        "a prompt set answered by the target",
+    ),
+    StageSpec(
+        "extract",
+        "contract.params.extract.ExtractParams",
+        "drafting.stages.extract",
+        "hidden states of a target over conversations",
+    ),
+    StageSpec(
+        "train", "contract.params.train.TrainParams", "drafting.stages.train", "train an EAGLE-3 drafter"
+    ),
+    StageSpec(
+        "launch",
+        "contract.params.launch.LaunchParams",
+        "drafting.stages.launch",
+        "start an SGLang (or reference) server",
+    ),
+    StageSpec(
+        "benchmark",
+        "contract.params.benchmark.BenchmarkParams",
+        "drafting.stages.benchmark",
+        "acceptance and throughput of a server",
+    ),
+    StageSpec(
+        "eval",
+        "contract.params.evaluate.EvalParams",
+        "drafting.stages.evaluate",
+        "offline acceptance of a drafter",
+    ),
 )
 
 STAGES: dict[str, StageSpec] = {spec.kind: spec for spec in _SPECS}

@@ -72,8 +72,36 @@ def run_command(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> CommandResult:
     """Run argv to completion, streaming its output; end the whole group on timeout or cancel."""
+    return supervise(
+        start(argv, env=env, cwd=cwd, extra_fds=extra_fds),
+        on_line=on_line,
+        timeout_s=timeout_s,
+        cancel=cancel,
+        grace_s=grace_s,
+        on_start=on_start,
+        max_line_bytes=max_line_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class Unsupervised:
+    """A process `start` began and nobody reads or waits for yet: `supervise` takes it from here. Its
+    output waits in its pipes meanwhile (a process started ahead of its work, e.g. a warm stage process)."""
+
+    popen: subprocess.Popen[bytes]
+    started: StartedProcess
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    extra_fds: Sequence[int] = (),
+) -> Unsupervised:
+    """Start argv in its own process group with its output piped; `supervise` must follow (or terminate_group
+    with its pid and popen, to give it up)."""
     _check_argv(argv)
-    started_at = time.monotonic()
     try:
         popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
             list(argv),
@@ -88,13 +116,29 @@ def run_command(
         )
     except (FileNotFoundError, PermissionError) as exc:
         raise CommandNotFound(f"cannot start {argv[0]!r}: {exc.strerror}") from exc
-    started = StartedProcess(popen.pid, popen.pid, _create_time(popen.pid))
+    return Unsupervised(popen, StartedProcess(popen.pid, popen.pid, _create_time(popen.pid)))
+
+
+def supervise(
+    process: Unsupervised,
+    *,
+    on_line: LineSink,
+    timeout_s: float | None = None,
+    cancel: threading.Event | None = None,
+    grace_s: float = 10.0,
+    on_start: Callable[[StartedProcess], None] | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> CommandResult:
+    """Stream a started process's output and wait for it; its timeout counts from now. `on_start` runs once
+    its output is being read."""
+    popen = process.popen
+    started_at = time.monotonic()
     readers = [
         _start_reader(popen.stdout, "stdout", on_line, max_line_bytes),
         _start_reader(popen.stderr, "stderr", on_line, max_line_bytes),
     ]
     if on_start is not None:
-        on_start(started)
+        on_start(process.started)
     timed_out, cancelled = _wait(popen, timeout_s, cancel, grace_s)
     for reader in readers:
         reader.join()

@@ -33,6 +33,8 @@ def start_worker(
     heartbeat.start()
     maintenance = MaintenanceLoop(settings)
     maintenance.start()
+    stages = celery_app.runtime().runner.stages
+    stages.refill()  # the first job's process, started before there is a job
     try:
         app.worker_main(
             [
@@ -54,6 +56,7 @@ def start_worker(
             ]
         )
     finally:
+        stages.close()
         heartbeat.stop()
         maintenance.stop()
 

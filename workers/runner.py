@@ -1,9 +1,11 @@
 """Runs one job on this host: claim → preflight (GPU lease, GPU gate) → the stage's child process → GPU gate →
 record. The stage process validates the params and checks their host paths before the stage starts.
 
-The fast path: a job that needs no GPU is claimed, and marked running once its process is spawned, in one
-transaction (its row stays locked for the few milliseconds between, so a duplicate delivery still finds it
-claimed); a GPU job commits its claim first, then leases and gates its GPUs. The database session is never
+The job's process is the worker's spare stage process when one is ready (workers/warm.py: started ahead,
+imports done), else one started for it; the job is `running` once that process has accepted it.
+The fast path: a job that needs no GPU is claimed, and marked running once a spare accepted it, in one
+transaction (its row stays locked for the millisecond between, so a duplicate delivery still finds it
+claimed); with no spare ready, or a GPU job, the claim is committed first. The database session is never
 held while the stage runs."""
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from drafting.hostinfo import gate
 from drafting.hostinfo import gpus as nvml
 from workers.events import EventPump
 from workers.logship import LogShipper
-from workers.stage_process import child_argv, child_env, outcome_of
+from workers.stage_process import child_env, outcome_of, stage_job
+from workers.warm import NotAccepted, StageProcesses
 
 logger = logging.getLogger("eyas.runner")
 T = TypeVar("T")
@@ -124,6 +127,8 @@ class JobRunner:
         self.settings = settings
         self.host = host
         self.worker = worker
+        # A spare starts once the worker is ready (`stages.refill()`, workers/main.py) and after each job.
+        self.stages = StageProcesses(child_env(settings, []), settings.data_dir.resolve())
 
     def run(self, job_id: uuid.UUID) -> None:
         received = time.perf_counter()
@@ -271,24 +276,27 @@ class JobRunner:
         with self._stage_io(held) as io:
             held.phase("prepared")
             try:
-                result = proc.run_command(
-                    child_argv(job, params_file, work_dir, held.gpus, io.pump.write_fd, self.settings),
-                    on_line=io.shipper.on_line,
-                    env=child_env(self.settings, held.gpus),
-                    cwd=work_dir,
-                    timeout_s=job.timeout_s,
-                    cancel=held.beat.cancel,
-                    grace_s=self.settings.cancel_grace_s,
-                    on_start=lambda started: self._started(held, started, io.pump),
-                    extra_fds=(io.pump.write_fd,),
+                taken = self.stages.take(
+                    stage_job(job, params_file, work_dir, held.gpus, self.settings),
+                    io.pump.write_fd,
+                    before_waiting=held.claim.commit,
                 )
             except proc.CommandNotFound as exc:
                 return Outcome(
                     state=JobState.FAILED, reason=TerminationReason.PREFLIGHT_FAILED, message=str(exc)
                 )
+            refused = taken.message if isinstance(taken, NotAccepted) else None
+            result = proc.supervise(
+                taken.process,
+                on_line=io.shipper.on_line,
+                timeout_s=job.timeout_s,
+                cancel=held.beat.cancel,
+                grace_s=self.settings.cancel_grace_s,
+                on_start=(lambda started: self._started(held, started, io.pump)) if refused is None else None,
+            )
             io.pump.join()
             stopped = WORKER_STOPPING.reason if held.beat.worker_stopped else None
-            outcome = outcome_of(result, io.pump, job, stopped)
+            outcome = outcome_of(result, io.pump, job, stopped, refused=refused)
             io.summary = f"[eyas] {outcome.state.value}: {outcome.reason} (exit {result.exit_code})"
             return outcome
 
@@ -331,6 +339,7 @@ class JobRunner:
         else:
             self._store(held.job, "its process", mark_running)
         held.phase("running")
+        self.stages.refill()  # the next job's process starts now, off this one's path to `running`
         _log_phases(held)
 
 

@@ -1,7 +1,9 @@
 """Entry point of a stage's child process: `python -m workers.stage_main --kind K --params-file P …`.
 
-The worker starts every job this way, through the process runner, so a job's output is its log, cancel is
-a signal to its process group, and a worker that dies leaves a recorded group it can end on restart.
+The worker starts every job's process through the process runner, so a job's output is its log, cancel is
+a signal to its process group, and a worker that dies leaves a recorded group it can end on restart. It
+starts it before the job exists, as `--job-socket FD` (workers/warm.py): the process does the imports below,
+then waits on FD for its job's arguments (workers/handoff.py), so a job does not wait for an interpreter.
 Structured events (progress, metrics, artifacts, the result) go as JSON lines to the file descriptor
 given by --event-fd, never mixed with the log. A torchrun rank (drafting/stages/_torchrun.py) writes them to
 the FIFO given by --event-fifo instead, tagged with its rank.
@@ -27,8 +29,9 @@ from contract.params.common import StageParams
 from contract.reasons import TerminationReason
 from contract.stages import STAGES
 from drafting.stages import load_stage
-from drafting.stages.base import StageCancelled, StageContext, StageError
+from drafting.stages.base import EventSink, StageCancelled, StageContext, StageError
 from drafting.userfiles import Cap, UserFileError, read_user_json
+from workers import handoff
 
 EXIT_CANCELLED = 130
 
@@ -93,7 +96,14 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--job-socket":
+        taken = handoff.receive(int(argv[1]))  # a warm process waits here for its job
+        if taken is None:
+            return 0  # its worker stopped before it had a job for it
+        job_args, event_fd = taken
+        argv = [*job_args, "--event-fd", str(event_fd)]
+    args = _parse_args(argv)
     sink: FdSink | RankSink = RankSink(args.event_fifo) if args.event_fifo else FdSink(args.event_fd)
     cancel = threading.Event()
     signal.signal(signal.SIGTERM, lambda _sig, _frame: cancel.set())
@@ -118,7 +128,7 @@ def _load_params(kind: str, params_file: Path) -> StageParams:
     return params
 
 
-def _run(ctx: StageContext, sink: FdSink | RankSink, kind: str, params_file: Path) -> int:
+def _run(ctx: StageContext, sink: EventSink, kind: str, params_file: Path) -> int:
     try:
         # The worker's one validation of the params and one check of their host paths (nested ones too),
         # before the stage starts: stages trust what ctx and params hold.

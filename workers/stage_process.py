@@ -1,8 +1,7 @@
-"""How the runner starts a stage's process (`python -m workers.stage_main …`) and reads how it ended."""
+"""What the runner tells a stage's process (workers/handoff.py), with what environment, and how it ended."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from app.core.config import Settings
@@ -10,16 +9,30 @@ from app.jobs.lifecycle import ClaimedJob, Outcome
 from app.jobs.states import JobState
 from contract.reasons import TerminationReason
 from drafting import proc
+from workers import handoff
 from workers.events import EventPump
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def outcome_of(
-    result: proc.CommandResult, pump: EventPump, job: ClaimedJob, worker_stopped: str | None
+    result: proc.CommandResult,
+    pump: EventPump,
+    job: ClaimedJob,
+    worker_stopped: str | None,
+    *,
+    refused: str | None = None,
 ) -> Outcome:
-    """How the stage process ended: `worker_stopped` is why its worker stopped it, if it did."""
+    """How the stage process ended: `worker_stopped` is why its worker stopped it, if it did; `refused` why
+    no process took the job on (workers/warm.py NotAccepted)."""
     exit_code = result.exit_code
+    if refused is not None:
+        return Outcome(
+            state=JobState.FAILED,
+            reason=TerminationReason.PREFLIGHT_FAILED,
+            message=refused,
+            exit_code=exit_code,
+        )
     if result.cancelled and worker_stopped is not None:
         return Outcome(
             state=JobState.FAILED,
@@ -61,19 +74,15 @@ def outcome_of(
     )
 
 
-def child_argv(
-    job: ClaimedJob, params_file: Path, work_dir: Path, gpus: list[int], event_fd: int, settings: Settings
-) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "workers.stage_main",
+def stage_job(
+    job: ClaimedJob, params_file: Path, work_dir: Path, gpus: list[int], settings: Settings
+) -> handoff.StageJob:
+    """What the job's stage process is told: workers.stage_main's arguments, its environment and folder."""
+    args = [
         "--kind",
         job.kind,
         "--params-file",
         str(params_file),
-        "--event-fd",
-        str(event_fd),
         "--work-dir",
         str(work_dir),
         "--job-id",
@@ -82,8 +91,8 @@ def child_argv(
         ",".join(map(str, gpus)),
     ]
     for root in settings.allowed_roots:
-        argv += ["--allowed-root", str(root)]
-    return argv
+        args += ["--allowed-root", str(root)]
+    return handoff.StageJob(args=args, env=child_env(settings, gpus), cwd=str(work_dir))
 
 
 def child_env(settings: Settings, gpus: list[int]) -> dict[str, str]:

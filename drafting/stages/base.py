@@ -101,7 +101,10 @@ class StageContext:
         return self.cancel.is_set()
 
     def check_path(self, path: str | Path) -> Path:
-        """Resolve a path and refuse it unless it lies under an allowed root (symlinks resolved)."""
+        """Resolve a path and refuse it unless it lies under an allowed root (symlinks resolved).
+
+        The stage process (workers/stage_main.py) calls it once for every host path of the params, nested
+        ones included, before the stage starts; stages take their params' paths as checked."""
         resolved = Path(path).resolve()
         if not self.allowed_roots:
             return resolved

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from contract.params.checkpoint import DoctorParams
@@ -11,8 +12,8 @@ from drafting.stages.base import StageContext, StageError
 
 
 def run(ctx: StageContext, params: DoctorParams) -> dict[str, Any]:
-    draft = ctx.check_path(params.draft)
-    target = ctx.check_path(params.target) if params.target else None
+    draft = Path(params.draft)
+    target = Path(params.target) if params.target else None
     report = diagnose(draft, target=target, algorithm=params.algorithm, sglang_version=params.sglang_version)
     ctx.log(report.render_text())
     ctx.progress(1.0, "checked")

@@ -75,7 +75,7 @@ def run(ctx: StageContext, params: ExtractParams) -> dict[str, Any]:
         return run_ranks(ctx, "extract", params, world)
     ranks = distributed.join(params.device)
     ctx = quiet_unless_main(ctx, ranks)
-    inputs = _resolve(ctx, params)
+    inputs = _resolve(params)
     device = _device(params, ranks)
     manifest, rows, pending = _plan(ctx, params, inputs, ranks)
     mine = pending[ranks.rank :: ranks.world]
@@ -131,14 +131,14 @@ def _written_by_all(ranks: Ranks, device: torch.device, progress: _Progress) -> 
     return _RunTotals(samples, tokens, size)
 
 
-def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
-    target = ctx.check_path(params.target)
-    tokenizer = ctx.check_path(params.tokenizer) if params.tokenizer else target
+def _resolve(params: ExtractParams) -> _Inputs:
+    target = Path(params.target)
+    tokenizer = Path(params.tokenizer) if params.tokenizer else target
     # Every file transformers will read, and the data, up front: a FIFO among them fails now, not at timeout.
     check_model_folder(target, "target model folder")
     if tokenizer != target:
         check_model_folder(tokenizer, "tokenizer folder")
-    data = ctx.check_path(params.data)
+    data = Path(params.data)
     check_regular(data, Cap.DATASET, "conversation data")
     config_path = target / "config.json"
     if not config_path.exists():
@@ -149,7 +149,7 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
         aux = check_aux_layers(params.aux_layers or default_aux_layers(num_layers), num_layers)
     except ValueError as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
-    output = ctx.check_path(params.output)
+    output = Path(params.output)
     (output / hidden_store.HIDDEN_DIR).mkdir(parents=True, exist_ok=True)
     return _Inputs(
         target=target,

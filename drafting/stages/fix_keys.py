@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from contract.params.checkpoint import FixKeysParams
@@ -13,8 +14,8 @@ _PROGRESS_STEP = 0.02  # report at most every 2 % of the bytes
 
 
 def run(ctx: StageContext, params: FixKeysParams) -> dict[str, Any]:
-    source, dest = ctx.check_path(params.source), ctx.check_path(params.dest)
-    target = ctx.check_path(params.target_config) if params.target_config else None
+    source, dest = Path(params.source), Path(params.dest)
+    target = Path(params.target_config) if params.target_config else None
     last = -1.0
 
     def on_progress(done: int, total: int, name: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from contract.params.selftest import SelftestParams
@@ -15,8 +16,9 @@ from drafting.userfiles import append_user_text
 
 def run(ctx: StageContext, params: SelftestParams) -> dict[str, Any]:
     if params.marker_file:
-        marker = ctx.check_path(params.marker_file)
-        append_user_text(marker, f"{ctx.job_id} {datetime.now(UTC).isoformat()}\n", "marker file")
+        append_user_text(
+            Path(params.marker_file), f"{ctx.job_id} {datetime.now(UTC).isoformat()}\n", "marker file"
+        )
     interval = 1.0 / params.lines_per_second if params.lines_per_second else 0.0
     _print_lines(ctx, params, interval)
     deadline = time.monotonic() + params.sleep_s

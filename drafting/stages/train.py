@@ -124,7 +124,7 @@ class _Run:
 
 def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
     ctx = quiet_unless_main(ctx, ranks)
-    inputs = _resolve(ctx, params, ranks)
+    inputs = _resolve(params, ranks)
     extraction, head = _open_inputs(inputs)
     fingerprint = {
         "extraction": extraction.manifest["fingerprint"],
@@ -199,17 +199,17 @@ def _fit(run: _Run, trainer: Trainer, plan: LoopPlan) -> None:
         ) from None
 
 
-def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
-    target = ctx.check_path(params.target)
+def _resolve(params: TrainParams, ranks: Ranks) -> _Inputs:
+    target = Path(params.target)
     config_path = target / "config.json"
     if not config_path.exists():
         raise StageError(f"{target} has no config.json (expected a HF model folder)")
     if params.device == "cuda" and not torch.cuda.is_available():
         raise StageError("device is cuda but no CUDA device is visible", reason=TerminationReason.NO_GPU)
-    output = ctx.check_path(params.output)
+    output = Path(params.output)
     output.mkdir(parents=True, exist_ok=True)
     return _Inputs(
-        data=ctx.check_path(params.data),
+        data=Path(params.data),
         target=target,
         output=output,
         target_config=read_user_json_object(config_path, Cap.CONFIG, "target config.json"),

@@ -8,10 +8,12 @@ import pytest
 from pydantic import ValidationError
 
 from contract.params.checkpoint import DoctorParams, FixKeysParams
+from contract.params.common import StageParams
 from contract.reasons import TerminationReason
 from contract.stages import parse_params
 from drafting.stages import doctor, fix_keys, load_stage
 from drafting.stages.base import RecordingSink, StageContext, StageError
+from workers import stage_main
 
 
 def _context(tmp_path: Path, *roots: Path) -> tuple[StageContext, RecordingSink]:
@@ -64,11 +66,43 @@ def test_fix_keys_stage_turns_unreadable_input_into_checkpoint_invalid(tmp_path:
     assert "no *.safetensors" in caught.value.message
 
 
-def test_stages_refuse_paths_outside_allowed_roots(tmp_path: Path, clean_draft: Path) -> None:
-    ctx, _ = _context(tmp_path, tmp_path / "only-here")
-    with pytest.raises(StageError) as caught:
-        doctor.run(ctx, DoctorParams(draft=str(clean_draft)))
-    assert caught.value.reason is TerminationReason.PATH_NOT_ALLOWED
+def _stage_process(tmp_path: Path, kind: str, params: StageParams, *roots: Path) -> tuple[int, RecordingSink]:
+    """The stage as its process runs it (workers.stage_main: params read, paths checked, stage run)."""
+    ctx, sink = _context(tmp_path, *roots)
+    params_file = tmp_path / f"{kind}-params.json"
+    params_file.write_text(params.model_dump_json())
+    return stage_main._run(ctx, sink, kind, params_file), sink
+
+
+def test_the_stage_process_refuses_paths_outside_allowed_roots(
+    tmp_path: Path, clean_draft: Path, speculators_draft: Path
+) -> None:
+    """Checked once, in the stage process, before the stage starts: nothing is read or written."""
+    only_here = tmp_path / "only-here"
+    only_here.mkdir()
+    code, sink = _stage_process(tmp_path, "doctor", DoctorParams(draft=str(clean_draft)), only_here)
+    assert code == 1
+    (error,) = sink.of_type("error")
+    assert error["reason"] == TerminationReason.PATH_NOT_ALLOWED
+    assert str(clean_draft) in error["message"]
+    assert str(only_here) in error["message"]
+
+    # fix_keys from an allowed source into a folder outside the roots, directly or through a symlink
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (speculators_draft.parent / "link").unlink(missing_ok=True)
+    (speculators_draft.parent / "link").symlink_to(elsewhere)
+    for dest in (tmp_path / "out", speculators_draft.parent / "link" / "out"):
+        params = FixKeysParams(source=str(speculators_draft), dest=str(dest))
+        code, sink = _stage_process(tmp_path, "fix_keys", params, speculators_draft.parent)
+        assert code == 1
+        (error,) = sink.of_type("error")
+        assert error["reason"] == TerminationReason.PATH_NOT_ALLOWED
+        assert str(dest) in error["message"]
+        assert [e["type"] for e in sink.events] == ["error"]  # the stage never started
+        assert not (tmp_path / "out").exists()
+        assert list(elsewhere.iterdir()) == []
+    (speculators_draft.parent / "link").unlink()
 
 
 def test_doctor_stage_passes_a_clean_draft_and_fails_a_broken_one(

@@ -6,8 +6,11 @@ import base64
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -18,9 +21,9 @@ from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
 from app.hosts import repository as hosts_repo
 from app.hosts import service as hosts_service
-from app.jobs import refs, repository
+from app.jobs import refs, repository, waiting
 from app.jobs.params import validate_params
-from app.jobs.schemas import JobCreate
+from app.jobs.schemas import JobCreate, JobRead
 from app.jobs.states import TERMINAL, EventReason, JobState, transition
 from app.models.base import utcnow
 from app.models.job import Job, JobEvent, JobMetric
@@ -78,6 +81,31 @@ def submit_job(
             _fill_refs_now(session, job)
         enqueue_after_commit(session, settings, str(job.id), host)
     return job, True
+
+
+async def submit_and_wait(
+    session: Session,
+    settings: Settings,
+    *,
+    spec: JobCreate,
+    principal: Principal,
+    hand_over: Callable[[], None],
+    timeout: float,
+    request: Request,
+) -> JobRead:
+    """Submit a job in the request's session, hand it over, and wait (up to `timeout`) for it to end.
+
+    `hand_over` is the request's unit of work ending its transaction (the router passes the session's commit):
+    the worker can only claim a committed row, and the job's message is sent once it commits. The wait then
+    reads in short sessions of its own, so no connection is held while the job runs."""
+
+    def submit() -> uuid.UUID:
+        job, _ = submit_job(session, settings, spec=spec, principal=principal)
+        hand_over()
+        return job.id
+
+    job_id = await run_in_threadpool(submit)
+    return await waiting.wait_terminal(settings, job_id, timeout, request)
 
 
 def _fill_refs_now(session: Session, job: Job) -> None:

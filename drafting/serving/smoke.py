@@ -39,6 +39,7 @@ from drafting.userfiles import check_model_folder
 MIN_ACCEPT_LENGTH = 1.05
 _DEATH_WAIT_S = 15.0
 _QUOTED_LINES = 40
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 PROMPT_TEXTS = (
     "The quick brown fox jumps over the lazy dog because",
     "def fibonacci(n):\n    ",
@@ -127,15 +128,8 @@ def smoke_prompts(model: str | Path, count: int) -> list[list[int]]:
     """Token ids of `count` short prompts: the target's tokenizer on fixed texts when the folder has one,
     else fixed ids spread over the vocabulary (as SGLang with --skip-tokenizer-init is sent)."""
     folder = Path(model)
-    if any(
-        (folder / name).exists() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-    ):
-        from transformers import AutoTokenizer
-
-        check_model_folder(
-            folder, "target folder"
-        )  # a FIFO or device among its files would hang transformers
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = target_tokenizer(folder)
+    if tokenizer is not None:
         encoded = [list(tokenizer.encode(PROMPT_TEXTS[i % len(PROMPT_TEXTS)])) for i in range(count)]
         if all(encoded):
             return encoded
@@ -144,6 +138,17 @@ def smoke_prompts(model: str | Path, count: int) -> list[list[int]]:
     text: dict[str, Any] = nested if isinstance(nested, dict) else config
     vocab = int(text.get("vocab_size") or 256)
     return [[(97 * i + 31 * j + 7) % vocab for j in range(12)] for i in range(count)]
+
+
+def target_tokenizer(model: str | Path) -> Any:
+    """The target folder's tokenizer (as the server tokenizes `text`), None when the folder has none."""
+    folder = Path(model)
+    if not any((folder / name).exists() for name in _TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    check_model_folder(folder, "target folder")  # a FIFO or device among its files would hang transformers
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def greedy_answers(url: str, prompts: Sequence[Sequence[int]], options: SmokeOptions) -> list[Answer]:

@@ -7,6 +7,9 @@ alternating (B S, S B, B S, …) so neither side always runs first. A round's sp
 pair; the rows give the mean with a 95 % interval and the release gate judges the interval's lower bound.
 Where two servers do not fit (or interleave is false) each server is measured alone, rounds back to back,
 and the result says `interleaved: false` and why.
+
+After a config's rounds, its greedy outputs are judged against the baseline's (SweepJudge: a divergence is
+scored by the target on the CPU, while the servers hold the GPUs; `numerics` in the result says how).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
 from drafting.serving import sweep_servers as servers
 from drafting.serving.benchmarking import BenchmarkRun, load_options, measure_batch, warm_up
+from drafting.serving.divergence import SweepJudge
 from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, launched_server, raise_if_died
 from drafting.serving.load_client import LoadOptions
 from drafting.serving.prompts import Prompt
 from drafting.serving.render import render_launch, resolve_engine
-from drafting.serving.smoke import SmokeOptions, SweepSmoke
+from drafting.serving.smoke import SmokeOptions, SweepSmoke, target_tokenizer
 from drafting.serving.sweep_report import (
     BASELINE_LABEL,
     ConfigRounds,
@@ -34,6 +38,7 @@ from drafting.serving.sweep_report import (
     best_config,
     config_row,
     format_table,
+    judge_outputs,
     release_gate,
 )
 from drafting.stages.base import StageContext, StageError
@@ -64,10 +69,13 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
     ctx.log(f"sweep of {len(configs)} config(s) × {params.repeats} rounds; {layout.reason}")
     cuda_graphs = _preflight(ctx, params, configs, layout)
     sweep = _Sweep(ctx, params, prompts, layout)
-    if layout.interleaved:
-        measured = sweep.interleaved(configs, free_before=servers.smallest_free_mib(readings))
-    else:
-        measured = sweep.one_server_at_a_time(configs)
+    try:
+        if layout.interleaved:
+            measured = sweep.interleaved(configs, free_before=servers.smallest_free_mib(readings))
+        else:
+            measured = sweep.one_server_at_a_time(configs)
+    finally:
+        sweep.judge.release()
     baseline_runs = [run for rounds in measured for run in rounds.baseline]
     unique_baseline = list({id(run): run for run in baseline_runs}.values())
     rows = [baseline_row(unique_baseline), *(config_row(rounds) for rounds in measured)]
@@ -80,6 +88,7 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
         "repeats": params.repeats,
         **layout.as_dict(),
         "cuda_graphs": cuda_graphs,
+        "numerics": sweep.judge.summary(),
     }
 
 
@@ -118,6 +127,7 @@ class _Sweep:
         self.ctx, self.params, self.prompts, self.layout = ctx, params, prompts, layout
         self.launch = params.launch
         self.smoke = _smoke(params)
+        self.judge = SweepJudge(self.launch.model, PromptIds(prompts, params.send_as, self.launch.model))
 
     def interleaved(self, configs: Sequence[SpecConfig], *, free_before: float | None) -> list[ConfigRounds]:
         layout, measured = self.layout, []
@@ -224,6 +234,14 @@ class _Sweep:
         )
 
     def _done(self, rounds: ConfigRounds) -> ConfigRounds:
+        judged = judge_outputs(rounds, self.judge)
+        counts = ", ".join(f"{verdict} {n}" for verdict, n in judged.counts().items())
+        how = (
+            f"compared bit for bit: {judged.strict_reason}"
+            if judged.strict_reason
+            else "judged by the target"
+        )
+        self.ctx.log(f"{rounds.config.label}: outputs against the baseline's: {counts} ({how})")
         self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
         return rounds
 
@@ -251,6 +269,35 @@ class _Sweep:
         except RuntimeError as exc:
             raise_if_died(server)
             raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
+
+
+class PromptIds:
+    """A prompt's token ids as the server got them (what a divergence is scored after): its own ids, its
+    bytes under send_as input_ids (load_client.request_body), else its text through the target's tokenizer,
+    as SGLang and the reference engine tokenize a `text` request. None where they cannot be known here."""
+
+    def __init__(self, prompts: Sequence[Prompt], send_as: str, model: str) -> None:
+        self.prompts, self.send_as, self.model = prompts, send_as, model
+        self._tokenizer: Any = None
+        self._loaded = False
+
+    def __call__(self, index: int) -> list[int] | None:
+        prompt = self.prompts[index]
+        if prompt.input_ids is not None or self.send_as == "input_ids":
+            return prompt.ids_or_bytes()
+        tokenizer = self._load()
+        if tokenizer is None or prompt.text is None:
+            return None
+        return list(tokenizer.encode(prompt.text))
+
+    def _load(self) -> Any:
+        if not self._loaded:
+            self._loaded = True
+            try:
+                self._tokenizer = target_tokenizer(self.model)
+            except (OSError, ValueError):  # no usable tokenizer: the divergence is compared bit for bit
+                self._tokenizer = None
+        return self._tokenizer
 
 
 def _smoke(params: BenchmarkParams) -> SweepSmoke | None:

@@ -3,6 +3,11 @@
 A config's speedup is the mean of its per-round ratios (the speculative batch's tok/s over the baseline batch
 paired with it), with a Student-t 95 % interval; the gate judges the interval's lower bound, so a config whose
 mean clears the threshold only by noise is not deployable.
+
+Outputs: each request of each round is compared with the baseline batch's of the same round, and a divergence
+is judged by the target at its first divergent position (drafting.serving.divergence.SweepJudge): the gate
+fails a config on a real loss, accepts numerical near-ties (and counts them), reports divergences past the
+scoring cap as `unscored` without judging them, and compares bit for bit where the target cannot judge.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 from contract.params.benchmark import SpecConfig
 from drafting.serving.bench_stats import summarize
 from drafting.serving.benchmarking import BenchmarkRun
-from drafting.serving.load_client import RequestRecord
+from drafting.serving.divergence import JudgedOutputs, OutputPair, SweepJudge
 from drafting.serving.speedup_stats import CONFIDENCE, SpeedupInterval, round_speedups, speedup_interval
 
 BASELINE_LABEL = "baseline (no speculation)"
@@ -31,6 +36,7 @@ TABLE_FIELDS = (
     "itl_p50_ms",
     "itl_p99_ms",
     "outputs_match",
+    "divergences",
 )
 _POOLED_FIELDS = (
     "accept_len",
@@ -56,6 +62,7 @@ class ConfigRounds:
     baseline: list[BenchmarkRun] = field(default_factory=list)
     speculative: list[BenchmarkRun] = field(default_factory=list)
     orders: list[list[str]] = field(default_factory=list)
+    judged: JudgedOutputs | None = None  # its outputs against the baseline's (judge_outputs)
 
     def speedups(self) -> list[float]:
         return round_speedups(
@@ -110,7 +117,9 @@ def baseline_row(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
         "speedup": 1.0,
         "batches": len(runs),
         "outputs_match": None,
+        "outputs_identical": None,
         "mismatched_requests": None,
+        "divergences": None,
     }
 
 
@@ -119,7 +128,7 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
     summary = pooled_summary(rounds.speculative)
     interval = rounds.interval()
     speedups = rounds.speedups()
-    match, mismatched = _outputs_match_over_rounds(rounds)
+    judged = rounds.judged or judge_outputs(rounds, SweepJudge(None, lambda _: None))
     return {
         "config": config.label,
         "label": config.label,
@@ -136,39 +145,37 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
         "speedup_ci_low": round(interval.low, 4) if interval else None,
         "speedup_ci_high": round(interval.high, 4) if interval else None,
         "confidence": CONFIDENCE,
-        "outputs_match": match,
-        "mismatched_requests": mismatched,
+        **judged.row_fields(),
         "rounds": rounds.round_rows(),
     }
 
 
-def _outputs_match_over_rounds(rounds: ConfigRounds) -> tuple[bool | None, int | None]:
-    """Greedy outputs of every round against the baseline batch of the same round."""
-    pairs = zip(rounds.baseline, rounds.speculative, strict=True)
-    verdicts = [outputs_match(base.records, spec.records) for base, spec in pairs]
-    if not verdicts or any(match is None for match, _ in verdicts):
-        return None, None
-    mismatched = sum(count or 0 for _, count in verdicts)
-    return mismatched == 0, mismatched
-
-
-def outputs_match(
-    baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord]
-) -> tuple[bool | None, int | None]:
-    """Greedy outputs request by request: ids where both have them, else text; None if nothing to compare."""
-    compared = mismatched = 0
-    for base, other in zip(baseline, candidate, strict=False):
-        if base.output_ids and other.output_ids:
-            same = base.output_ids == other.output_ids
-        elif base.text is not None and other.text is not None:
-            same = base.text == other.text
-        else:
+def judge_outputs(rounds: ConfigRounds, judge: SweepJudge) -> JudgedOutputs:
+    """Every round's greedy outputs against the baseline batch of the same round, request by request (ids
+    where both have them, else text); failed requests are left to the gate's own reason."""
+    pairs: list[OutputPair] = []
+    compared = True
+    for number, (base, spec) in enumerate(zip(rounds.baseline, rounds.speculative, strict=True), start=1):
+        if len(base.records) != len(spec.records):
+            compared = False
             continue
-        compared += 1
-        mismatched += not same
-    if compared == 0 or len(baseline) != len(candidate):
-        return None, None
-    return mismatched == 0, mismatched
+        for ours, theirs in zip(base.records, spec.records, strict=True):
+            with_ids = bool(ours.output_ids and theirs.output_ids)
+            if not with_ids and (ours.text is None or theirs.text is None):
+                continue
+            pairs.append(
+                OutputPair(
+                    ours.index,
+                    number,
+                    tuple(ours.output_ids or ()) if with_ids else None,
+                    tuple(theirs.output_ids or ()) if with_ids else None,
+                    ours.text,
+                    theirs.text,
+                    theirs.prompt_tokens,
+                )
+            )
+    rounds.judged = judge.judge(pairs, compared=compared)
+    return rounds.judged
 
 
 def best_config(rows: Sequence[dict[str, Any]]) -> str | None:
@@ -187,17 +194,11 @@ def _lower_bound(row: dict[str, Any]) -> float:
 def release_gate(
     rows: Sequence[dict[str, Any]], chosen: SpecConfig | None, threshold: float
 ) -> dict[str, Any]:
-    """Deployable only when every speculative output equals the baseline's, no request failed, and the
-    chosen config's speedup is above the threshold with 95 % confidence (its interval's lower bound)."""
+    """Deployable only when no config's output is a real loss against the baseline's (near-ties accepted;
+    bit for bit where the target could not judge), no request failed, and the chosen config's speedup is
+    above the threshold with 95 % confidence (its interval's lower bound)."""
     speculative = [r for r in rows if r["config"] is not None]
-    reasons = [
-        f"{r['label']}: greedy outputs differ from the baseline's"
-        for r in speculative
-        if r["outputs_match"] is False
-    ]
-    reasons += [
-        f"{r['label']}: outputs could not be compared" for r in speculative if r["outputs_match"] is None
-    ]
+    reasons = [reason for r in speculative for reason in _output_reasons(r)]
     reasons += [
         f"{r['label']}: {r['failed_requests']} request(s) failed" for r in rows if r["failed_requests"]
     ]
@@ -209,6 +210,7 @@ def release_gate(
     verdict = (
         f"deployable at {label}: {judged['text']}" if not reasons else "not deployable: " + "; ".join(reasons)
     )
+    counted = [r for r in speculative if r.get("divergences")]
     return {
         "deployable": not reasons,
         "chosen_config": label,
@@ -219,9 +221,55 @@ def release_gate(
         "confidence": CONFIDENCE,
         "threshold": threshold,
         "judged_on": "speedup_ci_low",
-        "verdict": verdict,
+        "verdict": verdict + _outputs_note(counted),
         "reasons": reasons,
+        "near_ties_accepted": sum(r["divergences"]["near_tie"] for r in counted if not _strict(r)),
+        "unscored_not_judged": sum(r["divergences"]["unscored"] for r in counted if not _strict(r)),
+        "strict_configs": [r["config"] for r in counted if _strict(r)],
     }
+
+
+def _strict(row: dict[str, Any]) -> str | None:
+    """Why a row's outputs were compared bit for bit (the target could not judge them), else None."""
+    reason = (row.get("divergence_judge") or {}).get("strict_reason")
+    return str(reason) if reason else None
+
+
+def _output_reasons(row: dict[str, Any]) -> list[str]:
+    label, match = row["label"], row["outputs_match"]
+    if match is None:
+        return [f"{label}: outputs could not be compared"]
+    if match:
+        return []
+    losses = (row.get("divergences") or {}).get("real_loss", 0)
+    strict = _strict(row)
+    if losses and not strict:
+        details = row.get("divergence_details") or []
+        first = next((d for d in details if d["verdict"] == "real_loss"), None)
+        text = f"{label}: {losses} real loss(es): outputs the target would not produce"
+        if first is not None:
+            text += f" (request {first['request']} at token {first['position']}: {first['note']})"
+        return [text]
+    how = f" in {row['mismatched_requests']} request(s), compared bit for bit: {strict}" if strict else ""
+    return [f"{label}: greedy outputs differ from the baseline's{how}"]
+
+
+def _outputs_note(counted: Sequence[dict[str, Any]]) -> str:
+    """What the verdict says about outputs: near-ties accepted, divergences not judged, strict comparisons."""
+    if not counted:
+        return ""
+    judged = [r for r in counted if not _strict(r)]
+    near = sum(r["divergences"]["near_tie"] for r in judged)
+    unscored = sum(r["divergences"]["unscored"] for r in judged)
+    parts = []
+    if near:
+        parts.append(f"{near} numerical near-tie(s) accepted (the target's top two within the bound)")
+    if unscored:
+        parts.append(f"{unscored} divergence(s) not judged (past the scoring cap; reported as unscored)")
+    parts += [f"{r['label']} compared bit for bit ({_strict(r)})" for r in counted if _strict(r)]
+    if not parts:
+        parts.append("every greedy output identical to the baseline's")
+    return "; outputs: " + ", ".join(parts)
 
 
 def _judge_speedup(label: str | None, row: dict[str, Any] | None, threshold: float) -> dict[str, Any]:
@@ -258,6 +306,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dict):  # divergences: near-ties / real losses / unscored
+        counts = (value.get(key, 0) for key in ("near_tie", "real_loss", "unscored"))
+        return "{} tie, {} loss, {} unscored".format(*counts)
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)

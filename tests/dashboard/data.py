@@ -142,40 +142,70 @@ def lease_gpus(settings: Settings, host: str, count: int, job_id: str) -> list[i
     return indices
 
 
-def sweep_rows() -> list[dict[str, Any]]:
-    """A depth sweep as drafting/serving/sweep.py tabulates it: the baseline, then each depth."""
+def sweep_rows(lossy: bool = False) -> list[dict[str, Any]]:
+    """A config sweep as drafting/serving/sweep_report.py tabulates it: the baseline, then each config (a
+    tree beside the chain of the same steps), speedups with their 95 % interval, divergences judged (lossy:
+    16,1,17 with a real loss)."""
     base_speed = 182.0
     measured = [
-        (None, None, base_speed, 21.0, 5.4),
-        (5, 3.1, 402.0, 24.5, 2.4),
-        (10, 3.6, 431.0, 26.0, 2.3),
-        (16, 3.7, 398.0, 29.0, 2.5),
+        # config, accept len, tok/s, ttft, itl, speedup half-width, near-ties, real losses
+        (None, None, base_speed, 21.0, 5.4, None, 0, 0),
+        ("5,1,6", 3.1, 402.0, 24.5, 2.4, 0.21, 2, 0),
+        ("5,2,8", 3.3, 389.0, 25.0, 2.5, 0.30, 3, 0),
+        ("10,1,11", 3.6, 431.0, 26.0, 2.3, 0.12, 1, 0),
+        ("16,1,17", 3.7, 398.0, 29.0, 2.5, 0.40, 0, int(lossy)),
     ]
-    return [
-        {
-            "depth": depth,
-            "label": "baseline" if depth is None else f"depth {depth}",
-            "accept_len": accept,
-            "output_tok_s": speed,
-            "speedup": round(speed / base_speed, 4),
-            "ttft_p50_ms": ttft,
-            "ttft_p99_ms": ttft * 2.1,
-            "itl_p50_ms": itl,
-            "itl_p99_ms": itl * 1.8,
-            "outputs_match": None if depth is None else True,
-            "failed_requests": 0,
-        }
-        for depth, accept, speed, ttft, itl in measured
-    ]
+    rows = []
+    for config, accept, speed, ttft, itl, half, ties, losses in measured:
+        steps, topk, draft_tokens = (int(p) for p in config.split(",")) if config else (None, None, None)
+        speedup = round(speed / base_speed, 4)
+        compared = 16
+        rows.append(
+            {
+                "config": config,
+                "label": "baseline (no speculation)" if config is None else config,
+                "depth": steps,
+                "steps": steps,
+                "topk": topk,
+                "draft_tokens": draft_tokens,
+                "accept_len": accept,
+                "output_tok_s": speed,
+                "speedup": speedup,
+                "speedup_ci_low": None if half is None else round(speedup - half, 4),
+                "speedup_ci_high": None if half is None else round(speedup + half, 4),
+                "ttft_p50_ms": ttft,
+                "ttft_p99_ms": ttft * 2.1,
+                "itl_p50_ms": itl,
+                "itl_p99_ms": itl * 1.8,
+                "outputs_match": None if config is None else losses == 0,
+                "outputs_identical": None if config is None else ties + losses == 0,
+                "divergences": None
+                if config is None
+                else {
+                    "identical": compared - ties - losses,
+                    "near_tie": ties,
+                    "real_loss": losses,
+                    "unscored": 0,
+                },
+                "divergence_details": [
+                    {"request": 3, "position": 17, "verdict": "real_loss", "margin": 6.1, "bound": 0.5}
+                ]
+                if losses
+                else [],
+                "failed_requests": 0,
+            }
+        )
+    return rows
 
 
 def sweep_result(deployable: bool = True) -> dict[str, Any]:
-    rows = sweep_rows()
-    reasons = [] if deployable else ["depth 16: greedy outputs differ from the baseline's"]
+    rows = sweep_rows(lossy=not deployable)
+    reasons = [] if deployable else ["16,1,17: 1 real loss(es): outputs the target would not produce"]
     gate = {
         "deployable": deployable,
+        "chosen_config": "10,1,11",
         "chosen_depth": 10,
-        "speedup": rows[2]["speedup"],
+        "speedup": rows[3]["speedup"],
         "threshold": 1.0,
         "reasons": reasons,
     }

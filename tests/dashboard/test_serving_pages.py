@@ -63,16 +63,34 @@ def test_a_benchmark_job_plots_acceptance_and_speed_by_depth(
     assert titles == ["Acceptance length by depth", "Output tokens/s by depth"]
     speed_legend = page.locator("#benchmark .uplot").nth(1).locator(".u-legend .u-label").all_inner_texts()
     assert speed_legend == ["depth", "output tok/s", "baseline"]
-    assert page.locator("#benchmark-table tbody tr").all_inner_texts()[0].startswith("baseline")
-    assert page.locator("#benchmark-table .row-chosen td").first.inner_text() == "10"
+    rows = page.locator("#benchmark-table tbody tr")
+    labels = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    assert labels == ["baseline", "5,1,6", "5,2,8", "10,1,11", "16,1,17"], (
+        "a tree is named apart from its chain"
+    )
+    chosen = page.locator("#benchmark-table .row-chosen td")
+    assert chosen.first.inner_text() == "10,1,11"
+    assert chosen.nth(3).inner_text() == "2.37× [2.25–2.49]"  # 431 / 182 tok/s, with its 95 % interval
+    chain = rows.nth(1).locator("td")
+    assert (chain.nth(6).inner_text(), chain.nth(7).inner_text()) == (
+        "no real loss",
+        "2 near-tie · 0 loss · 0 unscored",
+    )
     expect(page.locator("#verdict")).to_contain_text("deployable")
+    expect(page.locator("#verdict")).to_contain_text("chosen config 10,1,11")
     dashboard.screenshot("job-benchmark")
 
     failed = data.make_job(settings, "benchmark", "failed", termination_reason="RELEASE_GATE_FAILED",
                            result=data.sweep_result(deployable=False))  # fmt: skip
     dashboard.open(f"#/jobs/{failed}")
     expect(page.locator("#verdict")).to_contain_text("not deployable")
-    expect(page.locator("#verdict .reasons")).to_contain_text("depth 16: greedy outputs differ")
+    expect(page.locator("#verdict .reasons")).to_contain_text("16,1,17: 1 real loss(es)")
+    lossy = page.locator("#benchmark-table tbody tr").nth(4).locator("td")
+    assert (lossy.nth(6).inner_text(), lossy.nth(7).inner_text()) == (
+        "REAL LOSS",
+        "0 near-tie · 1 loss · 0 unscored",
+    )
+    assert "request 3 token 17: real_loss" in (lossy.nth(7).get_attribute("title") or "")
     assert dashboard.errors == []
 
 
@@ -134,7 +152,7 @@ def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard,
     )
     page = dashboard.page
     dashboard.open(f"#/pipelines/{pipeline}")
-    expect(page.locator("#benchmark-table tbody tr")).to_have_count(4)
+    expect(page.locator("#benchmark-table tbody tr")).to_have_count(5)
     expect(page.locator(".job-head .page-head .badge").first).to_have_text("succeeded")
     assert page.get_by_role("button", name="Cancel").count() == 0
     assert dashboard.errors == []

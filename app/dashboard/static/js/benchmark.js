@@ -5,10 +5,13 @@ import { getOptional } from "./api.js";
 import { DepthChart } from "./charts.js";
 import { h, num, replace, table } from "./dom.js";
 
-const depthLabel = (depth) => (depth === null ? "baseline" : String(depth));
+// A row is named by its config ("steps,topk,draft_tokens": a tree and a chain of the same steps differ);
+// results from before configs existed name only a depth.
+const configLabel = (row) => (row.depth === null && !row.config ? "baseline" : row.config || String(row.depth));
 
 // The benchmark stage's result (also stored as a benchmark's summary): {rows, gate: {deployable,
-// chosen_depth, speedup, reasons}}; a flat {rows, reasons} with `deployable` beside it is read too.
+// chosen_config, chosen_depth, speedup, reasons, verdict}}; a flat {rows, reasons} with `deployable` beside
+// it is read too.
 export function readSweep(summary, deployable) {
   const gate = summary?.gate || {};
   return {
@@ -16,6 +19,7 @@ export function readSweep(summary, deployable) {
     reasons: gate.reasons || summary?.reasons || [],
     deployable: gate.deployable ?? deployable ?? null,
     chosenDepth: gate.chosen_depth ?? null,
+    chosenConfig: gate.chosen_config ?? null,
   };
 }
 
@@ -28,25 +32,61 @@ export function verdictBadge(deployable) {
 function verdict(sweep) {
   return h("div", { class: "verdict", id: "verdict" },
     verdictBadge(sweep.deployable),
-    sweep.chosenDepth !== null ? h("span", { class: "muted" }, `chosen depth ${sweep.chosenDepth}`) : null,
+    sweep.chosenConfig !== null ? h("span", { class: "muted" }, `chosen config ${sweep.chosenConfig}`)
+      : sweep.chosenDepth !== null ? h("span", { class: "muted" }, `chosen depth ${sweep.chosenDepth}`) : null,
     sweep.reasons.length ? h("ul", { class: "reasons" }, sweep.reasons.map((reason) => h("li", null, reason))) : null);
 }
 
 const ms = (value) => num(value, 1);
-const match = (value) => (value === null || value === undefined ? "—" : value ? "yes" : "NO");
+const missing = (value) => value === null || value === undefined;
 
-function benchmarkTable(rows, chosenDepth = null) {
-  const sorted = [...rows].sort((a, b) => (a.depth ?? -1) - (b.depth ?? -1));
+// The mean speedup and, where the sweep measured one, its 95 % interval (the gate judges the lower bound).
+function speedup(row) {
+  if (missing(row.speedup)) return "—";
+  const mean = `${num(row.speedup, 2)}×`;
+  if (missing(row.speedup_ci_low) || missing(row.speedup_ci_high)) return mean;
+  return `${mean} [${num(row.speedup_ci_low, 2)}–${num(row.speedup_ci_high, 2)}]`;
+}
+
+// outputs_match is "no real loss" (near-ties accepted); bit for bit where the target could not judge.
+function outputs(row) {
+  if (missing(row.outputs_match)) return "—";
+  if (!row.outputs_match) return row.divergence_judge?.mode === "strict" ? "differ (bit for bit)" : "REAL LOSS";
+  if (row.outputs_identical === false) return "no real loss";
+  return row.outputs_identical === true ? "identical" : "yes";
+}
+
+function divergences(row) {
+  const counts = row.divergences;
+  if (!counts) return h("td", null, "—");
+  const text = `${counts.near_tie} near-tie · ${counts.real_loss} loss · ${counts.unscored} unscored`;
+  const details = (row.divergence_details || []).map((d) => `request ${d.request} token ${d.position}: ${d.verdict}`
+    + (missing(d.margin) ? "" : ` (margin ${num(d.margin, 3)}, bound ${num(d.bound, 3)})`) + (d.note ? ` ${d.note}` : ""));
+  return h("td", { class: counts.real_loss ? "bad" : null, title: details.join("\n") || null }, text);
+}
+
+// Chains by steps, then trees (more topk, more draft tokens) after the chain of the same steps.
+const order = (row) => [row.depth ?? -1, row.topk ?? 1, row.draft_tokens ?? 0];
+const byConfig = (a, b) => order(a).map((value, i) => value - order(b)[i]).find((d) => d !== 0) ?? 0;
+
+function chosen(row, sweep) {
+  if (row.config) return row.config === sweep.chosenConfig;
+  return row.depth !== null && row.depth === sweep.chosenDepth;
+}
+
+function benchmarkTable(rows, sweep) {
   return table(
-    ["depth", "accept len", "output tok/s", "speedup", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "outputs match"],
-    sorted.map((row) => h("tr", { class: row.depth !== null && row.depth === chosenDepth ? "row-chosen" : null },
-      h("td", null, depthLabel(row.depth)),
+    ["config", "accept len", "output tok/s", "speedup [95 % CI]", "TTFT p50 / p99 ms", "ITL p50 / p99 ms",
+      "outputs", "divergences"],
+    [...rows].sort(byConfig).map((row) => h("tr", { class: chosen(row, sweep) ? "row-chosen" : null },
+      h("td", { class: "mono" }, configLabel(row)),
       h("td", null, num(row.accept_len, 2)),
       h("td", null, num(row.output_tok_s, 1)),
-      h("td", null, row.speedup === null || row.speedup === undefined ? "—" : `${num(row.speedup, 2)}×`),
+      h("td", null, speedup(row)),
       h("td", null, `${ms(row.ttft_p50_ms)} / ${ms(row.ttft_p99_ms)}`),
       h("td", null, `${num(row.itl_p50_ms, 2)} / ${num(row.itl_p99_ms, 2)}`),
-      h("td", { class: row.outputs_match === false ? "bad" : null }, match(row.outputs_match)))),
+      h("td", { class: row.outputs_match === false ? "bad" : null }, outputs(row)),
+      divergences(row))),
     { class: "table benchmark-table", id: "benchmark-table" },
   );
 }
@@ -75,12 +115,14 @@ export class BenchmarkView {
     this.shown = key;
     this.charts.forEach((chart) => chart.destroy());
     const grid = h("div", { class: "chart-grid" });
-    replace(this.body, verdict(sweep), grid, benchmarkTable(sweep.rows, sweep.chosenDepth));
+    replace(this.body, verdict(sweep), grid, benchmarkTable(sweep.rows, sweep));
     this.root.hidden = false;
     const accept = new DepthChart(grid, { title: "Acceptance length by depth", yLabel: "tokens / verify step", seriesLabel: "accept len" });
     const speed = new DepthChart(grid, { title: "Output tokens/s by depth", yLabel: "tok/s", seriesLabel: "output tok/s" });
-    accept.update(sweep.rows.map((row) => ({ depth: row.depth, value: row.accept_len ?? null })));
-    speed.update(sweep.rows.map((row) => ({ depth: row.depth, value: row.output_tok_s ?? null })));
+    // By depth means chains: a tree of the same steps would share its x (it is in the table).
+    const chains = sweep.rows.filter((row) => (row.topk ?? 1) === 1);
+    accept.update(chains.map((row) => ({ depth: row.depth, value: row.accept_len ?? null })));
+    speed.update(chains.map((row) => ({ depth: row.depth, value: row.output_tok_s ?? null })));
     this.charts = [accept, speed];
   }
 

@@ -314,7 +314,7 @@ class JobRunner:
         self._store(job, "its outcome", record)
 
     def _started(self, held: _Held, started: proc.StartedProcess, pump: EventPump) -> None:
-        held.phase("spawned")
+        held.phase("accepted")  # by its stage process (workers/warm.py)
         pump.child_started()
 
         def mark_running(session: Session) -> None:

@@ -16,7 +16,7 @@ from contract.params.benchmark import BenchmarkParams
 from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
 from drafting.serving.prompts import Prompt
-from drafting.serving.prompts.categories import benchmark_by_category
+from drafting.serving.prompts.categories import benchmark_prompt_report
 from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder
 from drafting.serving.sweep import format_table, run_sweep
 from drafting.stages.base import StageContext, StageError, stage_prompts
@@ -40,8 +40,8 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
         except RuntimeError as exc:
             raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
         ctx.log(f"result: {_headline(measured.summary)}")
-        by_category = benchmark_by_category(prompts, measured.records)
-        return {"mode": "single", "url": params.url, **measured.as_dict(), **by_category}
+        about = benchmark_prompt_report(params.prompts, prompts, measured.records)
+        return {"mode": "single", "url": params.url, **measured.as_dict(), **about}
     return _sweep(ctx, params, prompts)
 
 
@@ -58,7 +58,7 @@ def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) ->
             details={"mode": "sweep", **result},
         )
     ctx.log("release gate: " + gate["verdict"])
-    return {"mode": "sweep", **result}
+    return {"mode": "sweep", **result, **benchmark_prompt_report(params.prompts, prompts)}
 
 
 def _headline(summary: dict[str, Any]) -> str:

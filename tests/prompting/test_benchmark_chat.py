@@ -59,6 +59,8 @@ def test_chat_prompts_are_rendered_sent_as_ids_and_reported_per_category(
     tokenizer = build_tokenizer()
     expected = [len(render_ids(tokenizer, [{"role": "user", "content": q}])[1]) for q, _ in QUESTIONS]
     assert [r["prompt_tokens"] for r in result["per_request"]] == expected  # the template's ids, no BOS added
+    assert result["prompt_set"]["chat_prompts"] == 3
+    assert result["prompt_set"]["categories"] == ["alpha", "beta"]
     by_category = result["by_category"]
     assert list(by_category) == ["alpha", "beta"]
     assert (by_category["alpha"]["prompts"], by_category["beta"]["prompts"]) == (2, 1)

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drafting.serving.prompts import set_summary
+
 
 @dataclass(frozen=True)
 class PromptTally:
@@ -56,8 +58,14 @@ def request_tallies(categories: Sequence[str | None], records: Sequence[Any]) ->
     ]
 
 
-def benchmark_by_category(prompts: Sequence[Any], records: Sequence[Any]) -> dict[str, Any]:
-    """`{"by_category": …}` for a single-mode benchmark result (meta_info's accept length per category of
-    the prompt set), or nothing when the set has no categories."""
-    categories = by_category(request_tallies([p.category for p in prompts], records))
-    return {} if categories is None else {"by_category": categories}
+def benchmark_prompt_report(
+    source: str | None, prompts: Sequence[Any], records: Sequence[Any] | None = None
+) -> dict[str, Any]:
+    """What a benchmark result says about its prompts: the set, chat or raw, which turns were asked
+    (`prompt_set`), and with per-request records, meta_info's accept length per category (`by_category`)."""
+    report: dict[str, Any] = {"prompt_set": set_summary(source, prompts)}
+    if records is not None:
+        categories = by_category(request_tallies([p.category for p in prompts], records))
+        if categories is not None:
+            report["by_category"] = categories
+    return report

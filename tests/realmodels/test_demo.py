@@ -55,8 +55,5 @@ def test_demo_writes_a_real_model_pipeline_from_prompts(tmp_path: Path) -> None:
     assert steps[5].params["prompts"] == steps[6].params["prompts"] == str(demo / "mtbench.jsonl")
     assert len(load_prompts(demo / "mtbench.jsonl")) == 80
     for step in steps:
-        params = dict(step.params)
-        if step.kind == "generate":
-            params.pop("holdout_prompts")  # generate's params take it once its engineer adds the field
-        parse_params(step.kind, params)  # every step's params are valid as the pipeline submits them
+        parse_params(step.kind, step.params)  # every step's params are valid as the pipeline submits them
     assert steps[2].params["init_lm_head"] == "target"  # from the tied embedding

@@ -1,0 +1,196 @@
+"""The real-model journey on a GPU host, driven through eyas's own API: SmolLM2-135M-Instruct built from its
+GGUF, then one `POST /v1/pipelines` that starts from prompts the target writes itself (generate → extract →
+train → fix_keys → gpu_check → eval on MT-Bench → a sweep of chain and tree configurations with real SGLang,
+CUDA graphs on, baseline and speculative rounds interleaved).
+
+The device tool allows 10 minutes a command, so the run is split: `start` builds the target, starts
+`eyas up` detached and posts the pipeline; `wait` (a later command on the same warm machine) waits for it,
+and when the first command's processes did not survive, starts `eyas up` again and retries the pipeline from
+its failed step (succeeded steps are reused: the product's own retry). `report` writes what came out.
+
+    python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
+    python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+URL = "http://127.0.0.1:8000"
+SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
+# the offline wheel set carries no flashinfer (../shared/gpu/README.md); CUDA graphs stay on
+CONFIGS = [
+    {"steps": 3, "topk": 1, "draft_tokens": 4},
+    {"steps": 5, "topk": 1, "draft_tokens": 6},
+    {"steps": 7, "topk": 1, "draft_tokens": 8},
+    {"steps": 5, "topk": 4, "draft_tokens": 8},
+]
+
+
+def pipeline_spec(work: Path, mtbench: Path, conversations: int, epochs: int) -> dict[str, Any]:
+    engine = {"engine": "sglang", "mem_fraction_static": 0.6, "extra_args": SGLANG_ARGS}
+    return {
+        "template": "eagle3",
+        "target": str(work / "smollm2"),
+        "workdir": str(work / "runs"),
+        "host": "h200",
+        "generate": {
+            "self_prompts": {"count": conversations, "temperature": 1.0, "max_new_tokens": 160},
+            "temperature": 0.0,
+            "max_new_tokens": 512,
+            "concurrency": 256,
+            "multi_turn": False,
+            "engine": engine,
+        },
+        "extract": {"device": "cuda", "max_len": 1024, "batch_size": 64},
+        "train": {
+            "device": "cuda",
+            "epochs": epochs,
+            "batch_size": 32,
+            "max_len": 1024,
+            "lr": 3e-4,
+            "ttt_steps": 7,
+        },
+        "fix_keys": {"sglang_version": "0.5.14"},
+        "eval": {
+            "device": "cuda",
+            "depths": [3, 5, 7],
+            "prompts": str(mtbench),
+            "max_prompts": 16,
+            "max_new_tokens": 256,
+        },
+        "benchmark": {
+            "configs": CONFIGS,
+            "prompts": str(mtbench),
+            "max_prompts": 8,
+            "max_new_tokens": 256,
+            "repeats": 3,
+            "launch": {"engine": "sglang", "mem_fraction_static": 0.35, "extra_args": SGLANG_ARGS},
+        },
+    }
+
+
+def start(args: argparse.Namespace) -> None:
+    from drafting.realmodels import build_target
+
+    work, out = args.work.resolve(), args.out
+    work.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    build_target("smollm2", work / "smollm2", gguf=args.gguf)
+    print(f"target built in {time.monotonic() - began:.0f}s", flush=True)
+    if not _answers():
+        _eyas_up(work, out)
+    http = _client(work)
+    mtbench = work / "mtbench.jsonl"  # inside the host's allowed root
+    mtbench.write_bytes(args.mtbench.read_bytes())
+    spec = pipeline_spec(work, mtbench, args.conversations, args.epochs)
+    created = http.post("/v1/pipelines", json=spec)
+    if created.status_code != 201:
+        raise SystemExit(created.text)
+    (work / "pipeline_id").write_text(created.json()["id"])
+    _follow(http, created.json()["id"], out, began, args.deadline_s)
+
+
+def wait(args: argparse.Namespace) -> None:
+    work, out = args.work.resolve(), args.out
+    began = time.monotonic()
+    pipeline_id = (work / "pipeline_id").read_text().strip()
+    if not _answers():
+        print("eyas up did not survive the last command: starting it again", flush=True)
+        _eyas_up(work, out)
+    http = _client(work)
+    pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+    if pipeline["state"] in ("failed", "cancelled"):
+        print(f"retrying from {pipeline['failed_step']}", flush=True)
+        http.post(f"/v1/pipelines/{pipeline_id}/retry").raise_for_status()
+    _follow(http, pipeline_id, out, began, args.deadline_s)
+
+
+def _eyas_up(work: Path, out: Path) -> None:
+    """`eyas up` in its own session, so a command ending on this machine need not end it."""
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "eyas_up.log", "ab")  # noqa: SIM115 - the detached server owns it
+    command = [sys.executable, "-m", "cli.main", "up", "--port", "8000", "--data-dir", str(work / "data")]
+    command += ["--host-name", "h200", "--allow-root", str(work)]
+    subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not _answers():
+        if time.monotonic() > deadline:
+            raise SystemExit("eyas up did not answer in 120 s: see eyas_up.log")
+        time.sleep(0.5)
+
+
+def _answers() -> bool:
+    try:
+        return httpx.get(f"{URL}/readyz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _client(work: Path) -> httpx.Client:
+    token = (work / "data" / "admin.token").read_text().strip()
+    return httpx.Client(base_url=URL, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+def _follow(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadline_s: float) -> None:
+    last = ""
+    while time.monotonic() - began < deadline_s:
+        pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+        line = " ".join(f"{j['kind']}={j['state']}:{(j.get('progress') or 0):.2f}" for j in pipeline["jobs"])
+        if line != last:
+            print(f"[{time.monotonic() - began:5.0f}s] {pipeline['state']}: {line}", flush=True)
+            last = line
+        if pipeline["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(5)
+    report(http, pipeline_id, out)
+
+
+def report(http: httpx.Client, pipeline_id: str, out: Path) -> None:
+    pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+    (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
+    logs = []
+    for job in pipeline["jobs"]:
+        tail = http.get(f"/v1/jobs/{job['id']}/logs", params={"tail": 80, "format": "text"}).text
+        logs.append(
+            f"===== {job['kind']} {job['state']} {job['termination_reason']} {job['message']}\n{tail}"
+        )
+    (out / "job_logs.txt").write_text("\n".join(logs))
+    for job in pipeline["jobs"]:
+        if job["result"]:
+            print(f"== {job['kind']} {job['state']}: {json.dumps(job['result'])[:2500]}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("phase", choices=["start", "wait"])
+    parser.add_argument("work", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--gguf", type=Path)
+    parser.add_argument("--mtbench", type=Path)
+    parser.add_argument("--conversations", type=int, default=8000)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--deadline-s", type=float, default=540)
+    args = parser.parse_args()
+    start(args) if args.phase == "start" else wait(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -41,7 +41,7 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
             "fix_keys",
             "fix_keys",
             {"target_config": spec.target, **spec.fix_keys, "source": train_dir, "dest": draft},
-            refs={"source": ("train", "drafter")},
+            refs={"source": ("train", "best_drafter")},
         ),
         StepPlan("gpu_check", "gpu_check", dict(spec.gpu_check)),
     ]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from contract.params.common import DataParallelParams, HostPath
+
+DEFAULT_SELECT_DEPTH = 5
 
 
 class TrainParams(DataParallelParams):
@@ -51,6 +53,18 @@ class TrainParams(DataParallelParams):
     attention: Literal["auto", "dense", "flex"] = Field(
         "auto", description="TTT attention kernel: auto = flex on cuda, dense on cpu"
     )
+    keep: Literal["best", "last"] = Field(
+        "best",
+        description="the checkpoint the run hands on (artifact best_drafter, which a pipeline's fix_keys "
+        "reads): the epoch with the highest validation acceptance estimate at select_depth, or the last",
+    )
+    select_depth: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description="draft depth (SGLang's --speculative-num-steps) of the estimate that picks the best "
+        "epoch (default: 5, or ttt_steps when that is smaller); at most ttt_steps",
+    )
     seed: int = Field(0, ge=0)
     log_every: int = Field(1, ge=1, description="optimizer steps between metric reports")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (smoke runs)")
@@ -61,3 +75,16 @@ class TrainParams(DataParallelParams):
         "so a crash costs at most this much training",
     )
     loader_workers: int = Field(2, ge=0, le=64, description="DataLoader worker processes")
+
+    @model_validator(mode="after")
+    def _depth_within_unroll(self) -> TrainParams:
+        # Past the unroll the drafter was never validated: there is no estimate to choose by.
+        if self.select_depth is not None and self.select_depth > self.ttt_steps:
+            raise ValueError(f"select_depth {self.select_depth} is past ttt_steps {self.ttt_steps}")
+        return self
+
+    @property
+    def choice_depth(self) -> int:
+        return (
+            self.select_depth if self.select_depth is not None else min(DEFAULT_SELECT_DEPTH, self.ttt_steps)
+        )

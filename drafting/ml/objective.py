@@ -10,20 +10,31 @@ Alignment (token t_i at position i, target state a_i after reading t_0..t_i):
 * it counts where t_{j+2+k} is an assistant token (loss mask) - positions whose target argmax lies outside the
   draft vocab are left out of the loss, but count as misses in the accuracies.
 
-Accuracies: `acc_k` is the teacher-forced per-step accuracy (the prefix fed is the data's, so it estimates the
-conditional rate c_k); `full_acc_k` counts base positions where steps 0..k were *all* right (f_k, cumulative).
-The acceptance-length estimate is tau = 1 + sum_k f_k: for a greedy chain of K drafts, the expected number of
-tokens per verify step is the bonus token plus P(first k+1 drafts accepted) summed over k.
+Accuracies: `acc_k` is step k's accuracy over *all* counted positions (marginal: the tokens fed are the
+data's and the state fed is the drafter's own, right or wrong at the earlier steps, so it is not conditioned
+on them); `full_acc_k` counts base positions where steps 0..k were *all* right (f_k, cumulative), and
+`cond_acc_k` = f_k / f_{k-1} is the rate of step k given steps 0..k-1 right (p_k, conditional; p_0 = f_0).
+The acceptance-length estimate at depth d is SGLang's accept_length for a chain (topk 1): the bonus token
+plus the expected number of accepted drafts per verify step, 1 + sum_{k=1..d} prod_{j<=k} p_j, which is
+1 + sum_{k<d} f_k.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from drafting.ml._compiled import CompiledOnCuda
 from drafting.ml.drafter import Eagle3Drafter
+
+# Depths (SGLang's --speculative-num-steps) the estimate is reported at, as val/est_accept_len_d{d}, besides
+# the full unroll (est_accept_len): the depths a benchmark sweep usually runs.
+ACCEPT_DEPTHS = (3, 5, 7)
+ACCEPT_FORMULA = (
+    "1 + sum_{k=1..d} prod_{j<=k} p_j (SGLang accept_length, chain of d drafts, topk 1; p_j = cond_acc)"
+)
 
 
 @dataclass
@@ -100,17 +111,40 @@ def soft_cross_entropy(logits: torch.Tensor, probs: torch.Tensor) -> torch.Tenso
 _soft_cross_entropy = CompiledOnCuda(soft_cross_entropy, dynamic=True)
 
 
-def summarise(sums: torch.Tensor, step_weights: list[float]) -> dict[str, float]:
+def accept_length(conditional: Sequence[float], depth: int) -> float:
+    """SGLang's accept_length for a chain of `depth` drafts (topk 1): the bonus token plus the expected number
+    of accepted drafts per verify step, 1 + sum_{k=1..d} prod_{j<=k} p_j, where p_j (conditional[j-1]) is the
+    rate of draft j being accepted given drafts 1..j-1 were."""
+    if not 1 <= depth <= len(conditional):
+        raise ValueError(f"depth {depth} needs 1..{len(conditional)} conditional rates")
+    total, chain = 1.0, 1.0
+    for rate in conditional[:depth]:
+        chain *= rate
+        total += chain
+    return total
+
+
+def summarise(
+    sums: torch.Tensor, step_weights: list[float], depths: Sequence[int] = ACCEPT_DEPTHS
+) -> dict[str, float]:
     """Metrics from summed `StepStats.stacked()` rows: loss (the weighted objective), loss_k, acc_k,
-    full_acc_k and est_accept_len."""
+    full_acc_k, cond_acc_k, est_accept_len (depth = the unroll) and est_accept_len_d{d} for the `depths`
+    the unroll reaches."""
     loss_sum, loss_count, correct, chain_correct, count = sums.tolist()
     metrics: dict[str, float] = {"loss": 0.0}
-    tau = 1.0
+    conditional: list[float] = []
     for k in range(len(count)):
         metrics[f"loss_{k}"] = loss_sum[k] / max(loss_count[k], 1.0)
         metrics["loss"] += step_weights[k] * metrics[f"loss_{k}"]
         metrics[f"acc_{k}"] = correct[k] / max(count[k], 1.0)
         metrics[f"full_acc_{k}"] = chain_correct[k] / max(count[k], 1.0)
-        tau += metrics[f"full_acc_{k}"]
-    metrics["est_accept_len"] = tau
+        # The ratio of the cumulative rates, so the products telescope back to full_acc_k exactly (a chain
+        # right at step k was right at k-1: only the counted positions at the row's end differ a little).
+        before = metrics[f"full_acc_{k - 1}"] if k else 1.0
+        metrics[f"cond_acc_{k}"] = metrics[f"full_acc_{k}"] / before if before > 0 else 0.0
+        conditional.append(metrics[f"cond_acc_{k}"])
+    metrics["est_accept_len"] = accept_length(conditional, len(conditional))
+    for depth in depths:
+        if depth <= len(conditional):
+            metrics[f"est_accept_len_d{depth}"] = accept_length(conditional, depth)
     return metrics

@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 
 from drafting.ml.distributed import sum_across
-from drafting.ml.objective import summarise
+from drafting.ml.objective import ACCEPT_DEPTHS, summarise
 from drafting.ml.train_data import HiddenStateDataset, batch_loader, epoch_batches
 from drafting.ml.train_state import RunPosition
 from drafting.ml.trainer import StopRequested, Trainer
@@ -50,6 +50,8 @@ class LoopPlan:
     loader_workers: int
     pad_multiple: int
     total_steps: int
+    # depths the acceptance-length estimate is reported at (est_accept_len_d{d}), the selection's among them
+    accept_depths: tuple[int, ...] = ACCEPT_DEPTHS
 
 
 @dataclass
@@ -153,7 +155,7 @@ def _report_window(
     elapsed = max(time.monotonic() - window.started, 1e-9)
     tokens = torch.tensor([float(window.tokens)], dtype=torch.float64, device=window.stats.device)
     totals = sum_across(trainer.ranks, torch.cat([window.stats.double().flatten(), tokens]))
-    metrics = summarise(totals[:-1].view_as(window.stats), trainer.step_weights)
+    metrics = summarise(totals[:-1].view_as(window.stats), trainer.step_weights, plan.accept_depths)
     metrics.update(
         loss=window.loss / window.steps,
         grad_norm=window.grad_norm / window.steps,
@@ -187,7 +189,7 @@ def _end_of_epoch(
     reporter.metric("epoch", position.epoch + 1, position.global_step)
     if epoch_stats is not None:  # the same on every rank: all ran the same number of steps
         epoch_stats = sum_across(trainer.ranks, epoch_stats)
-        for name, value in summarise(epoch_stats, trainer.step_weights).items():
+        for name, value in summarise(epoch_stats, trainer.step_weights, plan.accept_depths).items():
             reporter.metric(f"train_epoch/{name}", value, position.global_step)
             summary[f"train_epoch/{name}"] = value
     if not plan.val_rows:
@@ -197,7 +199,7 @@ def _end_of_epoch(
     mine = batches[ranks.rank :: ranks.world]
     loader = batch_loader(plan.dataset, mine, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple)
     sums = trainer.evaluate(loader)
-    for name, value in summarise(sums, trainer.step_weights).items():
+    for name, value in summarise(sums, trainer.step_weights, plan.accept_depths).items():
         reporter.metric(f"val/{name}", value, position.global_step)
         summary[f"val/{name}"] = value
     reporter.log(

@@ -18,8 +18,10 @@ import torch
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
 from drafting.ml import distributed
+from drafting.ml.checkpoint_choice import choose
 from drafting.ml.distributed import Ranks
 from drafting.ml.drafter import Eagle3Drafter, save_drafter
+from drafting.ml.objective import ACCEPT_DEPTHS, ACCEPT_FORMULA
 from drafting.ml.target_head import TargetHead, TargetWeightsError, load_target_head
 from drafting.ml.train_data import (
     Extraction,
@@ -111,7 +113,8 @@ class _Run:
         )
 
     def save_epoch(self, epoch: int, summary: dict[str, float]) -> Path:
-        """An epoch's drafter checkpoint (an artifact), and its line in run.json."""
+        """An epoch's drafter checkpoint (an artifact), and its line in run.json (what the choice of the
+        checkpoint to hand on reads, across resumes)."""
         folder = self.inputs.output / f"epoch_{epoch + 1}"
         if not self.ranks.is_main:
             return folder
@@ -328,6 +331,7 @@ def _loop_plan(
         loader_workers=params.loader_workers,
         pad_multiple=CUDA_PAD_MULTIPLE if inputs.device.type == "cuda" else 1,
         total_steps=params.epochs * len(batches),
+        accept_depths=tuple(sorted({*ACCEPT_DEPTHS, params.choice_depth})),
     )
 
 
@@ -375,4 +379,21 @@ def _result(
         "draft_vocab_size": params.draft_vocab_size,
         "aux_layers": drafter.aux_layers,
         "epochs": record["epochs"],
+        **_hand_on(ctx, output, params, record["epochs"]),
+        "accept_formula": ACCEPT_FORMULA,
     }
+
+
+def _hand_on(
+    ctx: StageContext, output: Path, params: TrainParams, epochs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The checkpoint the run hands on, as its own artifact kind (a pipeline's fix_keys reads it), and the
+    result's fields about it. Recorded at the end of every call, so a resumed or retried job names it too,
+    with the epochs earlier jobs trained weighed (run.json keeps them)."""
+    choice = choose(epochs, depth=params.choice_depth, keep=params.keep)
+    if choice is None:
+        return {"best": None, "keep": params.keep, "selected": None}
+    best = choice.best and {**choice.best, "checkpoint": str(output / f"epoch_{choice.best['epoch']}")}
+    selected = output / f"epoch_{choice.epoch}"
+    ctx.artifact("best_drafter", selected, {"epoch": choice.epoch, "keep": choice.keep, "best": best})
+    return {"best": best, "keep": params.keep, "selected": str(selected)}

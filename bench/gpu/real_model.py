@@ -15,7 +15,6 @@ its failed step (succeeded steps are reused: the product's own retry). `report` 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -27,9 +26,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from e2e_pipeline import SGLANG_ARGS, report  # noqa: E402 - the same API report as the constructed journey
+
 URL = "http://127.0.0.1:8000"
-SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
-# the offline wheel set carries no flashinfer (../shared/gpu/README.md); CUDA graphs stay on
 CONFIGS = [
     {"steps": 3, "topk": 1, "draft_tokens": 4},
     {"steps": 5, "topk": 1, "draft_tokens": 6},
@@ -161,21 +160,6 @@ def _follow(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadl
             break
         time.sleep(5)
     report(http, pipeline_id, out)
-
-
-def report(http: httpx.Client, pipeline_id: str, out: Path) -> None:
-    pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
-    (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
-    logs = []
-    for job in pipeline["jobs"]:
-        tail = http.get(f"/v1/jobs/{job['id']}/logs", params={"tail": 80, "format": "text"}).text
-        logs.append(
-            f"===== {job['kind']} {job['state']} {job['termination_reason']} {job['message']}\n{tail}"
-        )
-    (out / "job_logs.txt").write_text("\n".join(logs))
-    for job in pipeline["jobs"]:
-        if job["result"]:
-            print(f"== {job['kind']} {job['state']}: {json.dumps(job['result'])[:2500]}", flush=True)
 
 
 def main() -> None:

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contract.params.generate import GenerateParams
+from tests._torch_threads import one_torch_thread  # noqa: F401 - an autouse fixture for this folder
 from tests.conftest import free_port
 from tests.generation.targets import chatty_target
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models on shared cores: several torch threads per process thrash (measured 10-30x slower)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from drafting.stages.base import RecordingSink, StageContext
+from tests._torch_threads import one_torch_thread  # noqa: F401 - an autouse fixture for this folder
 from tests.serving.serving_tiny_models import TinyPair, make_pair
 
 STANDIN_DIR = Path(__file__).parent / "standin"
@@ -72,17 +73,6 @@ def start_stage(run: Callable[[StageContext, Any], Any], ctx: RecordingContext, 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return StageThread(ctx, thread, outcome)
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models on 2 shared cores: several torch threads per process thrash (measured 10-30x slower)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

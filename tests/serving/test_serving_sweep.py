@@ -38,14 +38,7 @@ def test_sweep_keeps_the_baseline_up_and_alternates_its_batches_with_each_config
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in tiny_pair.prompts))
     params = BenchmarkParams(
         mode="sweep",
-        launch={
-            "engine": "reference",
-            "model": str(tiny_pair.target),
-            "draft": str(tiny_pair.draft),
-            "max_running_requests": 4,
-            "port": free_port(),
-            "ready_timeout_s": 120,
-        },
+        launch=_reference_launch(tiny_pair),
         configs=[{"steps": 3, "topk": 1, "draft_tokens": 4}, {"steps": 1, "topk": 1, "draft_tokens": 2}],
         repeats=3,
         prompts=str(prompts),
@@ -125,14 +118,7 @@ def test_without_interleaving_each_server_runs_alone_and_the_result_says_so(
     prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in tiny_pair.prompts[:2]))
     params = BenchmarkParams(
         mode="sweep",
-        launch={
-            "engine": "reference",
-            "model": str(tiny_pair.target),
-            "draft": str(tiny_pair.draft),
-            "max_running_requests": 4,
-            "port": free_port(),
-            "ready_timeout_s": 120,
-        },
+        launch=_reference_launch(tiny_pair),
         depths=[2],
         repeats=2,
         interleave=False,
@@ -264,3 +250,15 @@ def test_a_tree_the_resolved_engine_cannot_serve_is_refused_before_any_server_st
     assert caught.value.reason is TerminationReason.LAUNCH_CHECK_FAILED
     assert "sweep refused before starting anything: 2,2,5: REFERENCE_TREE_UNSUPPORTED" in caught.value.message
     assert ctx.recording.of_type("server") == []
+
+
+def _reference_launch(tiny_pair: TinyPair) -> dict[str, object]:
+    """The sweep's server spec on the CPU reference engine, serving the tiny pair."""
+    return {
+        "engine": "reference",
+        "model": str(tiny_pair.target),
+        "draft": str(tiny_pair.draft),
+        "max_running_requests": 4,
+        "port": free_port(),
+        "ready_timeout_s": 120,
+    }

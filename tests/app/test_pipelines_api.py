@@ -96,7 +96,7 @@ def test_artifacts_flow_to_the_next_step_and_retry_reuses_them(
     train = client.get(f"/v1/jobs/{jobs['train']['id']}", headers=admin).json()
     assert train["state"] == "queued"
     assert train["params"]["data"] == "/elsewhere/hs"  # filled from the extract step's artifact
-    run_step(settings, jobs["train"]["id"], artifact=("drafter", f"{tmp_path}/runs/epoch_1"))
+    run_step(settings, jobs["train"]["id"], artifact=("best_drafter", f"{tmp_path}/runs/epoch_1"))
     fix = client.get(f"/v1/jobs/{jobs['fix_keys']['id']}", headers=admin).json()
     assert fix["params"]["source"] == f"{tmp_path}/runs/epoch_1"
     run_step(settings, jobs["fix_keys"]["id"], ok=False)
@@ -152,7 +152,7 @@ def test_cancelling_a_pipeline_that_ended_is_a_409_like_a_job(
     pipeline = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin).json()
     produced = {
         "extract": ("hidden_states", f"{tmp_path}/hs"),
-        "train": ("drafter", f"{tmp_path}/runs/epoch_1"),
+        "train": ("best_drafter", f"{tmp_path}/runs/epoch_1"),
         "fix_keys": ("sglang_checkpoint", f"{tmp_path}/runs/sglang_draft"),
     }
     for job in pipeline["jobs"]:
@@ -212,3 +212,27 @@ def test_training_on_the_evaluation_prompts_is_refused(
     del neither["data"]
     assert client.post("/v1/pipelines", json=neither, headers=admin).status_code == 422
     assert client.get("/v1/jobs", headers=admin).json()["items"] == []
+
+
+def test_fix_keys_reads_the_checkpoint_train_hands_on_not_the_newest_epoch(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    pipeline = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin).json()
+    jobs = {j["kind"]: j for j in pipeline["jobs"]}
+    run_step(settings, jobs["extract"]["id"], artifact=("hidden_states", f"{tmp_path}/hs"))
+    runs = f"{tmp_path}/runs/train"
+    with session_scope(settings) as session:  # what the stage records: one drafter per epoch, epoch 1 best
+        for epoch in (1, 2, 3):
+            artifacts.record_artifact(
+                session,
+                job_id=uuid.UUID(jobs["train"]["id"]),
+                host="gpu-a",
+                kind="drafter",
+                path=f"{runs}/epoch_{epoch}",
+                meta={"epoch": epoch},
+            )
+    run_step(settings, jobs["train"]["id"], artifact=("best_drafter", f"{runs}/epoch_1"))
+    fix = client.get(f"/v1/jobs/{jobs['fix_keys']['id']}", headers=admin).json()
+    assert fix["state"] == "queued"
+    assert fix["params"]["source"] == f"{runs}/epoch_1"  # the best, though epoch_3 is the newest drafter

@@ -9,7 +9,7 @@ It needs:
   (`seq_len` feeds the multipack sampler, data.py:225), in torch format with int64 `loss_mask` as
   speculators' preprocessing writes it (data_generation/preprocessing.py:398 and 638);
 - `<data_path>/hidden_states/hs_{i}.safetensors` for row i (hs_connectors/transfer.py:141-143, the
-  default path from `FileBackend.from_train_args`, transfer.py:184-193): `token_ids` [seq] (must equal the
+  default path from `FileBackend.from_train_args`, transfer.py:185-194): `token_ids` [seq] (must equal the
   row's `input_ids` or the sample is dropped, data.py:314-322) and `hidden_states` [seq, 4, H]; the
   reader gives `hidden_states[:, :-1].flatten(1)` [seq, 3H] and `verifier_last_hidden_states`
   `hidden_states[:, -1]` (data.py:324-333), the latter before the verifier's final norm (the model applies

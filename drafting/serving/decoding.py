@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
@@ -100,13 +101,14 @@ def speculative_decode(
     result = DecodeResult(depth=depth)
     output = _Output(limits, result, on_step)
     cache = DynamicCache()
+    draft_kv = DraftKV()
     context = list(prompt_ids)  # tokens whose target states are in `features` and in the cache
     logits, aux = _forward_capturing(target, context, cache, drafter.aux_layers)
     features = drafter.project(aux)  # drafter-space feature per context position
     pending = int(logits[-1].argmax())  # emitted, not yet run through the target
     output.emit([pending])
     while not output.done:
-        drafts = draft_chain(drafter, context, features, pending, depth)
+        drafts = draft_chain_cached(drafter, draft_kv, context, features, pending, depth)
         logits, aux = _forward_capturing(target, [pending, *drafts], cache, drafter.aux_layers)
         choices = [int(t) for t in logits.argmax(dim=-1)]
         accepted = _matching_prefix(drafts, choices)
@@ -140,6 +142,83 @@ def draft_chain(
         input_ids = torch.cat([input_ids, draft_id.view(1, 1).to(device)], dim=1)
         step_features = torch.cat([step_features, hidden[:, -1:]], dim=1)
     return drafts
+
+
+@dataclass
+class DraftKV:
+    """The drafter's keys and values of the context positions, computed once each.
+
+    Position j of the drafter reads (token j+1, the target's feature at j): once the target has verified a
+    step, both are final for every context position, the last one included (it reads the token emitted last,
+    which the next step's context ends with). Only the drafted positions of a step are recomputed, so a step
+    costs `depth` one-token forwards instead of `depth` passes over the whole context.
+    """
+
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else int(self.keys.shape[2])
+
+
+def draft_chain_cached(
+    drafter: Eagle3Drafter,
+    kv: DraftKV,
+    context: list[int],
+    features: torch.Tensor,
+    pending: int,
+    depth: int,
+) -> list[int]:
+    """`draft_chain`'s drafts (the same inputs at every position) with the context positions' keys and
+    values kept in `kv` across steps; the drafted positions' are dropped after the step."""
+    device = features.device
+    start = kv.length
+    tokens = [*context[1:], pending][start:]
+    logits, hidden, keys, values = _draft_step(
+        drafter, kv.keys, kv.values, torch.tensor([tokens], device=device), features[:, start:], start
+    )
+    kv.keys, kv.values = keys, values
+    drafts: list[int] = []
+    position = len(context)
+    for step in range(depth):
+        draft_id = drafter.draft_to_target(logits[0, -1].argmax().view(1))
+        drafts.append(int(draft_id[0]))
+        if step == depth - 1:
+            break
+        logits, hidden, keys, values = _draft_step(
+            drafter, keys, values, draft_id.view(1, 1).to(device), hidden[:, -1:], position + step
+        )
+    return drafts
+
+
+def _draft_step(
+    drafter: Eagle3Drafter,
+    past_keys: torch.Tensor | None,
+    past_values: torch.Tensor | None,
+    input_ids: torch.Tensor,
+    features: torch.Tensor,
+    start: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The drafter's decoder layer over positions start.. (attending to the past keys too): logits,
+    pre-norm outputs, and the keys and values with these positions appended."""
+    layer = drafter.midlayer
+    hidden = drafter.project(features)
+    count = input_ids.shape[1]
+    positions = torch.arange(start, start + count, device=input_ids.device)[None]
+    cos, sin = drafter.rotary(positions, hidden.dtype)
+    embeds = drafter.embed_tokens(input_ids).to(hidden.dtype)
+    q, k, v = layer.self_attn.project_qkv(layer.attention_input(embeds, hidden), cos, sin)
+    keys = k if past_keys is None else torch.cat([past_keys, k], dim=2)
+    values = v if past_values is None else torch.cat([past_values, v], dim=2)
+    mask = None
+    if count > 1:  # query i (position start+i) sees keys 0..start+i
+        mask = torch.ones(count, keys.shape[2], dtype=torch.bool, device=q.device).tril(diagonal=start)
+    attended = F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=mask, enable_gqa=q.shape[1] != keys.shape[1]
+    )
+    out = layer.finish(hidden, attended)
+    return drafter.logits(out), out, keys, values
 
 
 def _matching_prefix(drafts: Sequence[int], choices: Sequence[int]) -> int:

@@ -129,7 +129,8 @@ def draft_chain(
 
     Position i reads (token i+1, feature of position i): the target's projected state for context
     positions, then the drafter's own pre-norm output for drafted ones, as SGLang's draft decode does.
-    Recomputed without a cache on every step: slow, but nothing can get out of sync.
+    Recomputed without a cache on every step: slow, but nothing can get out of sync. The decoder uses
+    `draft_chain_cached` (the same drafts, tested); this one is the reference it is checked against.
     """
     device = features.device
     input_ids = torch.tensor([[*context[1:], pending]], device=device)

@@ -85,7 +85,7 @@ def test_eagle3_pipeline_end_to_end_with_lineage(
     # lineage: the SGLang-ready checkpoint leads back through the drafter to the hidden states
     fixed = client.get("/v1/artifacts", params={"job_id": jobs["fix_keys"]["id"]}, headers=admin).json()
     lineage = client.get(f"/v1/artifacts/{fixed[0]['id']}", headers=admin).json()
-    assert [a["kind"] for a in lineage["ancestors"]] == ["drafter", "hidden_states"]
+    assert [a["kind"] for a in lineage["ancestors"]] == ["best_drafter", "hidden_states"]
     assert lineage["ancestors"][1]["job_id"] == jobs["extract"]["id"]
     metrics = client.get(f"/v1/jobs/{jobs['train']['id']}/metrics", headers=admin).json()
     assert any("loss" in m["name"] for m in metrics)

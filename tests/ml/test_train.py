@@ -81,9 +81,10 @@ def test_loss_falls_and_step0_accuracy_rises_far_above_chance(
     assert {"train/lr", "train/tokens_per_s", "train_epoch/acc_0"} <= {
         e["name"] for e in sink.of_type("metric")
     }
-    assert [a["path"] for a in sink.of_type("artifact")] == [
-        str(tmp_path / "run" / f"epoch_{e}") for e in (1, 2, 3, 4)
-    ]
+    drafters = [a for a in sink.of_type("artifact") if a["kind"] == "drafter"]
+    assert [a["path"] for a in drafters] == [str(tmp_path / "run" / f"epoch_{e}") for e in (1, 2, 3, 4)]
+    best = [a for a in sink.of_type("artifact") if a["kind"] == "best_drafter"]
+    assert [a["path"] for a in best] == [result["selected"]]
 
 
 def test_resume_continues_at_the_same_step_with_the_same_loss(

@@ -33,4 +33,3 @@ def test_cached_drafts_equal_the_full_recompute(
     assert [r.accepted_drafts for r in cached] == [r.accepted_drafts for r in full]
     assert [r.output_ids for r in cached] == [r.output_ids for r in full]
     assert sum(sum(r.accepted_drafts) for r in cached) > 0  # the comparison covered accepted drafts
-

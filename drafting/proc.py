@@ -10,6 +10,8 @@ marker, so no output a program writes can crash the reader.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
@@ -53,6 +55,26 @@ class CommandNotFound(Exception):
     """The program to start does not exist or is not executable."""
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _terminate_with(parent: int) -> Callable[[], None] | None:
+    """A preexec hook asking the kernel for SIGTERM when the parent dies (None where prctl does not exist).
+    It only calls prctl and getppid, both async-signal-safe, as code between fork and exec must."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect: no signal would come
+            os._exit(1)
+
+    return arm
+
+
 def clean_text(raw: bytes) -> str:
     """Decode bytes from a child as safe text: invalid UTF-8 replaced, NUL replaced."""
     return raw.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
@@ -70,10 +92,11 @@ def run_command(
     on_start: Callable[[StartedProcess], None] | None = None,
     extra_fds: Sequence[int] = (),
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    die_with_parent: bool = False,
 ) -> CommandResult:
     """Run argv to completion, streaming its output; end the whole group on timeout or cancel."""
     return supervise(
-        start(argv, env=env, cwd=cwd, extra_fds=extra_fds),
+        start(argv, env=env, cwd=cwd, extra_fds=extra_fds, die_with_parent=die_with_parent),
         on_line=on_line,
         timeout_s=timeout_s,
         cancel=cancel,
@@ -98,9 +121,12 @@ def start(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     extra_fds: Sequence[int] = (),
+    die_with_parent: bool = False,
 ) -> Unsupervised:
     """Start argv in its own process group with its output piped; `supervise` must follow (or terminate_group
-    with its pid and popen, to give it up)."""
+    with its pid and popen, to give it up). die_with_parent: the child gets SIGTERM when the thread that
+    started it dies, its process killed outright included (Linux), so a server a stage started cannot
+    outlive a SIGKILLed stage and hold its GPUs: the stage's own group kill does not reach the server's."""
     _check_argv(argv)
     try:
         popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -113,6 +139,7 @@ def start(
             start_new_session=True,
             pass_fds=tuple(extra_fds),
             close_fds=True,
+            preexec_fn=_terminate_with(os.getpid()) if die_with_parent else None,
         )
     except (FileNotFoundError, PermissionError) as exc:
         raise CommandNotFound(f"cannot start {argv[0]!r}: {exc.strerror}") from exc

@@ -60,6 +60,7 @@ class ServerProcess:
                 cancel=self._stop,
                 grace_s=self.grace_s,
                 on_start=self._mark_started,
+                die_with_parent=True,  # a SIGKILLed stage must not leave its server holding the GPUs
             )
         except CommandNotFound as exc:
             self.start_error = str(exc)

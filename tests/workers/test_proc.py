@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -143,3 +144,31 @@ def test_missing_program_and_bad_argv() -> None:
         proc.run_command([], on_line=sink)
     with pytest.raises(ValueError, match="argv"):
         proc.run_command("echo hi", on_line=sink)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("die_with_parent", [True, False])
+def test_a_child_started_to_die_with_its_parent_ends_when_the_parent_is_killed(die_with_parent: bool) -> None:
+    """A server a stage starts lives in its own process group, out of reach of the stage's group kill; with
+    die_with_parent the kernel ends it when the stage is SIGKILLed (without it lives on: the control)."""
+    sleeper = "[sys.executable, '-c', 'import time; time.sleep(60)']"
+    parent_code = (
+        "import sys, time; from drafting import proc; "
+        f"child = proc.start({sleeper}, die_with_parent={die_with_parent}); "
+        "print(child.started.pid, flush=True); time.sleep(60)"
+    )
+    repo = Path(__file__).parents[2]
+    parent = psutil.Popen(py(parent_code), stdout=subprocess.PIPE, cwd=repo)
+    assert parent.stdout is not None
+    with parent.stdout:
+        child = psutil.Process(int(parent.stdout.readline()))
+    parent.kill()
+    parent.wait(10)
+    try:
+        child.wait(5)
+        ended = True
+    except psutil.TimeoutExpired:
+        ended = False
+    finally:
+        if child.is_running():
+            child.kill()
+    assert ended is die_with_parent

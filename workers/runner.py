@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
@@ -30,7 +30,6 @@ from app.core.db import session_factory, session_scope
 from app.jobs import lifecycle
 from app.jobs.lifecycle import ClaimedJob, Outcome
 from app.jobs.states import JobState
-from app.logs import service as logs
 from app.servers import service as servers
 from contract.reasons import TerminationReason
 from drafting import proc
@@ -159,24 +158,33 @@ class JobRunner:
                 self._record(job, outcome)
 
     def _claim(self, job_id: uuid.UUID) -> tuple[ClaimedJob, _PendingClaim, int] | None:
-        """Claim the job and read where its log continues, in one transaction; a job that needs no GPU keeps
-        it open (see _PendingClaim)."""
-        session = session_factory(self.settings)()
-        try:
-            claimed = lifecycle.claim(session, job_id=job_id, host=self.host, worker=self.worker)
-            if claimed is None:
-                session.commit()
+        """Claim the job (one UPDATE … RETURNING, which also gives where its log continues); a job that needs
+        no GPU keeps the transaction open (see _PendingClaim). The pool does not ping a connection used
+        moments ago (app/core/db.py), so a claim that meets a connection the database dropped since is
+        tried once more, on a fresh one."""
+        for attempt in (1, 2):
+            session = session_factory(self.settings)()
+            try:
+                claimed = lifecycle.claim(session, job_id=job_id, host=self.host, worker=self.worker)
+                if claimed is None:
+                    session.commit()
+                    session.close()
+                    return None
+            except DBAPIError as exc:
+                session.rollback()
                 session.close()
-                return None
-            start_seq = logs.last_seq(session, claimed.id)
-        except BaseException:
-            session.rollback()
-            session.close()
-            raise
-        pending = _PendingClaim(session)
-        if claimed.gpus_requested:
-            pending.commit()  # the GPU lease and gate run in their own transactions
-        return claimed, pending, start_seq
+                if attempt == 1 and exc.connection_invalidated:
+                    continue
+                raise
+            except BaseException:
+                session.rollback()
+                session.close()
+                raise
+            pending = _PendingClaim(session)
+            if claimed.gpus_requested:
+                pending.commit()  # the GPU lease and gate run in their own transactions
+            return claimed, pending, claimed.log_seq
+        raise AssertionError("unreachable")
 
     @contextmanager
     def _holding(self, job: ClaimedJob, pending: _PendingClaim, start_seq: int) -> Iterator[_Held]:

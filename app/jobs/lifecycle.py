@@ -17,7 +17,7 @@ from app.core.errors import AppError
 from app.core.queue import enqueue_after_commit
 from app.hosts import service as hosts_service
 from app.jobs import refs, repository, results
-from app.jobs.states import ACTIVE, TERMINAL, EventReason, JobState, TransitionConflict, transition
+from app.jobs.states import ACTIVE, TERMINAL, EventReason, JobState, TransitionConflict, plan, transition
 from app.models.base import utcnow
 from app.models.job import Job
 from contract.reasons import TerminationReason
@@ -35,20 +35,25 @@ class ClaimedJob:
     timeout_s: float | None
     attempt: int
     worker: str
+    log_seq: int = 0  # the highest log line stored for the job: where this attempt's lines continue
 
 
 def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> ClaimedJob | None:
-    """queued → starting, atomically; None when the job is not ours to run (duplicate, cancelled…)."""
-    job = repository.get(session, job_id)
-    if job is None or job.state != JobState.QUEUED or job.host != host:
+    """queued → starting, atomically and in one round trip (repository.claim); None when the job is not ours
+    to run (duplicate, cancelled…). The claim's event is written with the session's next flush."""
+    row = repository.claim(session, job_id, host=host, worker=worker)
+    if row is None:
         return None
-    try:
-        transition(session, job, JobState.STARTING, extra={"worker": worker, "attempt": job.attempt + 1})
-    except TransitionConflict:
-        return None
-    repository.touch_heartbeat(session, job.id, worker, job.attempt)  # the first one, by the database's clock
     return ClaimedJob(
-        job.id, job.kind, dict(job.params), host, job.gpus_requested, job.timeout_s, job.attempt, worker
+        id=job_id,
+        kind=row.kind,
+        params=dict(row.params),
+        host=host,
+        gpus_requested=row.gpus_requested,
+        timeout_s=row.timeout_s,
+        attempt=row.attempt,
+        worker=worker,
+        log_seq=row.log_seq,
     )
 
 
@@ -76,14 +81,15 @@ def requeue(session: Session, *, job_id: uuid.UUID, message: str) -> None:
     )
 
 
-def mark_running(session: Session, *, job_id: uuid.UUID, pid: int, pgid: int, create_time: float) -> bool:
-    job = repository.get(session, job_id)
-    if job is None:
-        return False
-    job.pid, job.pgid, job.proc_create_time, job.proc_reaped = pid, pgid, create_time, False
-    if job.state == JobState.STARTING:
-        transition(session, job, JobState.RUNNING)
-    return True
+def mark_running(
+    session: Session, *, job_id: uuid.UUID, pid: int, pgid: int, create_time: float | None
+) -> bool:
+    """starting → running with the job's process, in one UPDATE; a job no longer starting (a cancel came
+    first) gets its process recorded only, so the orphan sweep still finds it. False if there is no job."""
+    process = {"pid": pid, "pgid": pgid, "proc_create_time": create_time, "proc_reaped": False}
+    if repository.apply_move(session, plan(job_id, JobState.STARTING, JobState.RUNNING, extra=process)):
+        return True
+    return repository.set_process(session, job_id, pid=pid, pgid=pgid, create_time=create_time)
 
 
 def heartbeat(session: Session, *, job_id: uuid.UUID, worker: str, attempt: int) -> bool:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, and_, false, func, not_, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.jobs.states import ACTIVE, JobState
+from app.jobs.states import ACTIVE, JobState, Move, plan
 from app.models.base import utcnow
 from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
 
@@ -149,6 +150,69 @@ def touch_heartbeat(
     )
     row = session.execute(select(Job.state, Job.cancel_requested_at).where(Job.id == job_id)).one_or_none()
     return (row[0], row[1], touched.rowcount == 1) if row else None  # type: ignore[attr-defined]
+
+
+class ClaimRow(NamedTuple):
+    """What the claim's UPDATE … RETURNING reads back: the job as claimed (attempt already counted)."""
+
+    kind: str
+    params: dict[str, Any]
+    gpus_requested: int
+    timeout_s: float | None
+    attempt: int
+    log_seq: int
+
+
+def claim(session: Session, job_id: uuid.UUID, *, host: str, worker: str) -> ClaimRow | None:
+    """queued → starting in one statement: `UPDATE job … WHERE id = :id AND state = 'queued' AND host = :host
+    RETURNING …`, with the first heartbeat (database clock); None when it matched nothing (a duplicate
+    delivery, a cancelled job, another host's). A second claimer racing this one waits on the row lock, then
+    finds the job no longer queued. The event row is added to the session and goes out with the next flush
+    (the commit, or with `running`'s in one INSERT on the fast path)."""
+    move = plan(
+        job_id,
+        JobState.QUEUED,
+        JobState.STARTING,
+        extra={"worker": worker, "attempt": Job.attempt + 1, "heartbeat_at": _db_now(session)},
+    )
+    row = session.execute(
+        update(Job)
+        .where(*move.where, Job.host == host)
+        .values(**move.values)
+        .returning(Job.kind, Job.params, Job.gpus_requested, Job.timeout_s, Job.attempt, Job.log_seq),
+        execution_options={"synchronize_session": "fetch", "autoflush": False},
+    ).one_or_none()
+    if row is None:
+        return None
+    session.add(move.event())
+    return ClaimRow(*row)
+
+
+def apply_move(session: Session, move: Move) -> bool:
+    """Apply a planned move to a job that is not loaded; False when the job is no longer in move.current.
+    Pending rows are not flushed first (they are job events, which this UPDATE does not read), so the
+    events of a claim and of its `running` go out in one INSERT."""
+    result = session.execute(
+        update(Job).where(*move.where).values(**move.values),
+        execution_options={"synchronize_session": "fetch", "autoflush": False},
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    session.add(move.event())
+    return True
+
+
+def set_process(
+    session: Session, job_id: uuid.UUID, *, pid: int, pgid: int, create_time: float | None
+) -> bool:
+    """Record the job's process (whatever its state); False if there is no such job."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(pid=pid, pgid=pgid, proc_create_time=create_time, proc_reaped=False),
+        execution_options={"synchronize_session": "fetch"},
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def orphan_candidates(session: Session, host: str) -> list[Job]:

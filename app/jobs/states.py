@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import ColumnElement, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -65,6 +67,70 @@ class TransitionConflict(AppError):
     """The job changed state under us (another worker, a cancel, the reaper)."""
 
 
+@dataclass(frozen=True)
+class Move:
+    """One legal move of a job, planned as a compare-and-set: `where` matches the job only while it is still
+    in `current`, `values` is what the UPDATE sets (Python values, or SQL expressions on the row when the job
+    was not loaded), `event()` the row that records it."""
+
+    job_id: uuid.UUID
+    current: JobState
+    target: JobState
+    values: dict[str, Any]
+    reason: str | None = None
+    message: str | None = None
+
+    @property
+    def where(self) -> tuple[ColumnElement[bool], ...]:
+        return (Job.id == self.job_id, Job.state == self.current.value)
+
+    def event(self) -> JobEvent:
+        return JobEvent(
+            job_id=self.job_id,
+            from_state=self.current.value,
+            to_state=self.target.value,
+            reason=self.reason,
+            message=self.message,
+            at=self.values["updated_at"],
+        )
+
+
+def plan(
+    job_id: uuid.UUID,
+    current: str,
+    target: JobState,
+    *,
+    reason: str | None = None,
+    message: str | None = None,
+    extra: dict[str, Any] | None = None,
+    loaded: Job | None = None,
+) -> Move:
+    """The one place that knows legal moves: current → target, or 409 INVALID_TRANSITION. `loaded` is the
+    job as read (its version and termination reason are then known); without it, they are read by the
+    UPDATE itself (`version + 1`), so a worker can claim a job in one statement without reading it first."""
+    state = JobState(current)
+    if target not in ALLOWED[state]:
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION,
+            f"job {job_id} is {state.value}; it cannot become {target.value}",
+            state=state.value,
+        )
+    now = utcnow()
+    version: Any = (loaded.version or 0) + 1 if loaded is not None else Job.version + 1
+    values: dict[str, Any] = {"state": target.value, "updated_at": now, "version": version}
+    if target in TERMINAL:
+        values["finished_at"] = now
+        values["termination_reason"] = reason or (
+            loaded.termination_reason if loaded is not None else Job.termination_reason
+        )
+        if message is not None:
+            values["message"] = message
+    elif (field := _TIMESTAMP_ON_ENTRY.get(target)) is not None:
+        values[field] = now
+    values.update(extra or {})
+    return Move(job_id, state, target, values, reason, message)
+
+
 def transition(
     session: Session,
     job: Job,
@@ -74,42 +140,26 @@ def transition(
     message: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> JobEvent:
-    """Move a job to `target` and record the event.
+    """Move a loaded job to `target` and record the event.
 
-    The move is a compare-and-set (`UPDATE … WHERE state = <current>`), so two actors racing on one job
-    (a duplicate delivery, a cancel against a finish, the reaper) cannot both win. An illegal move raises
-    409 INVALID_TRANSITION; a lost race raises TransitionConflict (also a 409).
+    The move is a compare-and-set (`UPDATE … WHERE state = <current>`, planned by `plan`), so two actors
+    racing on one job (a duplicate delivery, a cancel against a finish, the reaper) cannot both win. An
+    illegal move raises 409 INVALID_TRANSITION; a lost race raises TransitionConflict (also a 409). A job not
+    loaded is moved by its repository with the same plan (app/jobs/repository.py `move`, `claim`).
     """
     if job.state is None:
         return _enter(session, job, target, reason=reason, extra=extra or {})
-    current = JobState(job.state)
-    if target not in ALLOWED[current]:
-        raise AppError(
-            ErrorCode.INVALID_TRANSITION,
-            f"job {job.id} is {current.value}; it cannot become {target.value}",
-            state=current.value,
-        )
-    values = _values_for(job, target, reason, message, extra or {})
+    move = plan(job.id, job.state, target, reason=reason, message=message, extra=extra, loaded=job)
     result = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.state == current.value)
-        .values(**values)
-        .execution_options(synchronize_session=False)
+        update(Job).where(*move.where).values(**move.values).execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise TransitionConflict(
-            ErrorCode.INVALID_TRANSITION, f"job {job.id} changed state concurrently", state=current.value
+            ErrorCode.INVALID_TRANSITION, f"job {job.id} changed state concurrently", state=move.current.value
         )
-    for key, value in values.items():
+    for key, value in move.values.items():
         set_committed_value(job, key, value)
-    event = JobEvent(
-        job_id=job.id,
-        from_state=current.value,
-        to_state=target.value,
-        reason=reason,
-        message=message,
-        at=values["updated_at"],
-    )
+    event = move.event()
     session.add(event)
     session.flush()
     return event
@@ -131,19 +181,3 @@ def _enter(
     event = JobEvent(job_id=job.id, from_state=None, to_state=target.value, reason=reason)
     session.add(event)
     return event
-
-
-def _values_for(
-    job: Job, target: JobState, reason: str | None, message: str | None, extra: dict[str, Any]
-) -> dict[str, Any]:
-    now = utcnow()
-    values: dict[str, Any] = {"state": target.value, "updated_at": now, "version": (job.version or 0) + 1}
-    if target in TERMINAL:
-        values["finished_at"] = now
-        values["termination_reason"] = reason or job.termination_reason
-        if message is not None:
-            values["message"] = message
-    elif (field := _TIMESTAMP_ON_ENTRY.get(target)) is not None:
-        values[field] = now
-    values.update(extra)
-    return values

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Dialect, Engine, create_engine, event, text
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import Settings, get_settings
@@ -35,14 +37,43 @@ def _make_engine(url: str) -> Engine:
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
-        pool_pre_ping=True,
         pool_size=10,
         max_overflow=20,
         pool_recycle=1800,
+        pool_use_lifo=True,  # the connection used last is taken first: it stays warm, the others age
         json_deserializer=load_json,
     )
+    event.listen(engine, "checkin", _checked_in)
+    event.listen(engine, "checkout", _pinger(engine.dialect))
+    return engine
+
+
+# A connection is pinged when it is taken from the pool only if it sat there this long: SQLAlchemy's
+# pool_pre_ping pinged on every checkout, one more round trip before each transaction (the worker's claim,
+# its `running`, every API request). A connection used less than a second ago that the database dropped since
+# (a restart within that second) fails its first statement instead: SQLAlchemy then discards every pooled
+# connection older than the failure, the worker's claim retries once on a fresh one (workers/runner.py),
+# its other writes retry already, and an API request answers 503 once.
+PING_AFTER_IDLE_S = 1.0
+
+
+def _checked_in(_dbapi_conn: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _pinger(dialect: Dialect) -> Callable[[Any, Any, Any], None]:
+    def ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return  # a new connection, or one in use a moment ago
+        try:
+            dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError("a pooled connection did not answer") from exc  # the pool reconnects
+
+    return ping_if_idle
 
 
 def load_json(text: str | bytes) -> Any:

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,14 @@ from drafting.prompting.records import Message, RecordError
 _CANCEL_POLL_S = 0.1
 _SELF_WAIT_S = 0.02
 _YIELD_EVERY = 1000  # skipped records between yields to the loop, so workers keep sending while it scans
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class Cancelled(Exception):
@@ -78,8 +87,13 @@ class Generation:
         self.tally = Tally()
 
     def run(self, conversations: Iterable[Conversation | Rejected], plan: SelfPromptPlan | None) -> Tally:
-        """Raises Cancelled on a stop request, EngineUnavailable when the server stops answering."""
-        asyncio.run(self._main(conversations, plan))
+        """Raises Cancelled on a stop request, EngineUnavailable when the server stops answering. Runs its own
+        event loop; called from a thread that already runs one (an async caller), on a thread of its own."""
+        if not _loop_running():
+            asyncio.run(self._main(conversations, plan))
+            return self.tally
+        with ThreadPoolExecutor(1, thread_name_prefix="generation") as pool:
+            pool.submit(asyncio.run, self._main(conversations, plan)).result()
         return self.tally
 
     async def _main(

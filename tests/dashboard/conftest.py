@@ -53,8 +53,8 @@ def dashboard_url(base_settings: Settings, tmp_path_factory: pytest.TempPathFact
         yield url
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+@pytest.fixture(scope="package")  # playwright's sync API keeps an event loop running in the main thread
+def browser() -> Iterator[Any]:  # until it stops: end it with this folder, not the session
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium"
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

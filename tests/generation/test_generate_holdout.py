@@ -65,3 +65,19 @@ def test_an_unreadable_held_out_set_fails_before_any_server(chatty: Path, tmp_pa
     assert "holdout_prompts" in str(failed.value)
     assert ctx.server_states() == []
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_generate_runs_from_inside_a_running_event_loop(chatty: Path, tmp_path: Path) -> None:
+    """An async caller (or a test tool keeping a loop running in the main thread, as playwright's sync API
+    does) must not break generation: it runs its own loop on a thread of its own then."""
+    import asyncio
+
+    output = tmp_path / "out.jsonl"
+    params = generate_params(chatty, output, self_prompts={"count": 1, "min_chars": 2}, max_new_tokens=4)
+
+    async def caller() -> dict[str, object]:
+        return generate.run(RecordingContext(work_dir=tmp_path), params)
+
+    result = asyncio.run(caller())
+    assert result["self_prompts"]["written"] == 1  # type: ignore[index]
+    assert len(output_records(output)) == 1

@@ -3,10 +3,9 @@ record. The stage process validates the params and checks their host paths befor
 
 The job's process is the worker's spare stage process when one is ready (workers/warm.py: started ahead,
 imports done), else one started for it; the job is `running` once that process has accepted it.
-The fast path: a job that needs no GPU is claimed, and marked running once a spare accepted it, in one
-transaction (its row stays locked for the millisecond between, so a duplicate delivery still finds it
-claimed); with no spare ready, or a GPU job, the claim is committed first. The database session is never
-held while the stage runs."""
+The claim is committed before any process is handed the job (a stage never starts on a claim a failed
+commit could undo: the re-sent job would run twice), then `running` is recorded once the process accepted
+it. The database session is never held while the stage runs."""
 
 from __future__ import annotations
 
@@ -69,9 +68,9 @@ LeaseResult = Leased | Refused | Requeued
 
 
 class _PendingClaim:
-    """The claim's transaction, left open until the job's process is spawned (the fast path) so that the claim
-    and `running` are one commit. `commit` ends it (once); anything else that touches the job's row must wait
-    for it, so every path of the runner commits it before storing anything else."""
+    """The claim's transaction, left open through preflight (GPU lease, gate) and committed before any process
+    is handed the job. `commit` ends it (once); anything else that touches the job's row must wait for it, so
+    every path of the runner commits it before storing anything else."""
 
     def __init__(self, session: Session | None) -> None:
         self._session = session
@@ -105,7 +104,7 @@ class _Held:
     claim: _PendingClaim
     start_seq: int
     gpus: list[int] = field(default_factory=list)
-    claim_lost: bool = False  # the fast path's commit failed: the job is not this run's (its process ends)
+    claim_lost: bool = False  # the claim's commit failed: the job is still queued and not this run's
     phases: list[tuple[str, float]] = field(default_factory=list)
 
     def phase(self, name: str) -> None:
@@ -283,11 +282,19 @@ class JobRunner:
         params_file.write_text(json.dumps(job.params))
         with self._stage_io(held) as io:
             held.phase("prepared")
+            # The claim is stored before any process is handed the job: a stage must never start on a
+            # claim that a failed commit (a database restart, say) undoes, or the re-sent job runs twice.
+            try:
+                held.claim.commit()
+            except Exception as exc:  # noqa: BLE001 - any failure undoes the claim: the job is still queued
+                logger.warning("job %s: its claim could not be stored (%s); it will be re-sent", job.id, exc)
+                held.claim_lost = True
+                return Outcome(state=JobState.FAILED, reason=TerminationReason.STAGE_ERROR, message=str(exc))
             try:
                 taken = self.stages.take(
                     stage_job(job, params_file, work_dir, held.gpus, self.settings),
                     io.pump.write_fd,
-                    before_waiting=held.claim.commit,
+                    before_waiting=lambda: None,  # the claim is committed already
                 )
             except proc.CommandNotFound as exc:
                 return Outcome(
@@ -334,18 +341,7 @@ class JobRunner:
                 create_time=started.create_time,
             )
 
-        if held.claim.open:
-            try:
-                held.claim.commit(mark_running)
-            except Exception as exc:  # noqa: BLE001 - the claim is undone (the job is queued still): end the process now
-                logger.warning(
-                    "job %s: its claim could not be stored (%s); ending its process", held.job.id, exc
-                )
-                held.claim_lost = True
-                held.beat.cancel.set()
-                return
-        else:
-            self._store(held.job, "its process", mark_running)
+        self._store(held.job, "its process", mark_running)
         held.phase("running")
         self.stages.refill()  # the next job's process starts now, off this one's path to `running`
         _log_phases(held)

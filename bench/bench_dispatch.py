@@ -27,7 +27,7 @@ def eyas_dispatch(jobs: int, tmp: Path, db_url: str, interval_s: float = 0.0) ->
     settings = make_settings(db_url, tmp / "data", heartbeat_s=1.0)
     with eyas(settings, tmp, worker_host="bench") as running:
         http = httpx.Client(base_url=running.url, headers=running.headers, timeout=30)
-        latencies, end_to_end = [], []
+        latencies, end_to_end, to_started, started_to_running = [], [], [], []
         for _ in range(jobs):
             started = time.perf_counter()
             job = http.post(
@@ -40,13 +40,20 @@ def eyas_dispatch(jobs: int, tmp: Path, db_url: str, interval_s: float = 0.0) ->
                 if current["state"] in ("running", "succeeded", "failed"):
                     break
                 time.sleep(0.002)
-            latencies.append(_seconds(current["running_at"]) - _seconds(current["created_at"]))
+            created, claimed = _seconds(current["created_at"]), _seconds(current["started_at"])
+            latencies.append(_seconds(current["running_at"]) - created)
+            to_started.append(claimed - created)
+            started_to_running.append(_seconds(current["running_at"]) - claimed)
             done = http.get(f"/v1/jobs/{job['id']}/wait", params={"timeout": 60}).json()
             end_to_end.append(time.perf_counter() - started)
             assert done["state"] == "succeeded", done
             time.sleep(max(0.0, started + interval_s - time.perf_counter()))
     return {
         "submit_to_running": summary_ms(latencies),
+        # started_at is stamped by the worker as it claims (API, broker, worker until the claim), running_at
+        # once the job's stage process accepted it (the claim's round trip, preparing, the hand-over)
+        "submit_to_started": summary_ms(to_started),
+        "started_to_running": summary_ms(started_to_running),
         "submit_to_succeeded_client_side": summary_ms(end_to_end),
     }
 

@@ -144,10 +144,17 @@ def run(work: Path, out: Path, started: float, deadline_s: float, pipeline_spec:
     if created.status_code != 201:
         raise SystemExit(created.text)
     pipeline_id = created.json()["id"]
+    follow(http, pipeline_id, out, started, deadline_s)
+    dry_runs(http, pipeline_spec, out)
+
+
+def follow(http: httpx.Client, pipeline_id: str, out: Path, started: float, deadline_s: float) -> None:
+    """Print each change of the steps' states and progress until the pipeline ends or the deadline, then
+    write the report."""
     last = ""
     while time.monotonic() - started < deadline_s:
         pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
-        line = " ".join(f"{j['kind']}={j['state']}" for j in pipeline["jobs"])
+        line = " ".join(f"{j['kind']}={j['state']}:{(j.get('progress') or 0):.2f}" for j in pipeline["jobs"])
         if line != last:
             print(f"[{time.monotonic() - started:5.0f}s] {pipeline['state']}: {line}", flush=True)
             last = line
@@ -155,7 +162,6 @@ def run(work: Path, out: Path, started: float, deadline_s: float, pipeline_spec:
             break
         time.sleep(3)
     report(http, pipeline_id, out)
-    dry_runs(http, pipeline_spec, out)
 
 
 def dry_runs(http: httpx.Client, pipeline_spec: dict[str, Any], out: Path) -> None:

@@ -6,7 +6,7 @@ CUDA graphs on, baseline and speculative rounds interleaved).
 The device tool allows 10 minutes a command, so the run is split: `start` builds the target, starts
 `eyas up` detached and posts the pipeline; `wait` (a later command on the same warm machine) waits for it,
 and when the first command's processes did not survive, starts `eyas up` again and retries the pipeline from
-its failed step (succeeded steps are reused: the product's own retry). `report` writes what came out.
+its failed step (succeeded steps are reused: the product's own retry). Both write the API report.
 
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
@@ -26,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from e2e_pipeline import SGLANG_ARGS, report  # noqa: E402 - the same API report as the constructed journey
+from e2e_pipeline import SGLANG_ARGS, follow  # noqa: E402 - the same follow and report as the constructed journey
 
 URL = "http://127.0.0.1:8000"
 CONFIGS = [
@@ -98,7 +98,7 @@ def start(args: argparse.Namespace) -> None:
     if created.status_code != 201:
         raise SystemExit(created.text)
     (work / "pipeline_id").write_text(created.json()["id"])
-    _follow(http, created.json()["id"], out, began, args.deadline_s)
+    follow(http, created.json()["id"], out, began, args.deadline_s)
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -113,7 +113,7 @@ def wait(args: argparse.Namespace) -> None:
     if pipeline["state"] in ("failed", "cancelled"):
         print(f"retrying from {pipeline['failed_step']}", flush=True)
         http.post(f"/v1/pipelines/{pipeline_id}/retry").raise_for_status()
-    _follow(http, pipeline_id, out, began, args.deadline_s)
+    follow(http, pipeline_id, out, began, args.deadline_s)
 
 
 def _eyas_up(work: Path, out: Path) -> None:
@@ -146,20 +146,6 @@ def _answers() -> bool:
 def _client(work: Path) -> httpx.Client:
     token = (work / "data" / "admin.token").read_text().strip()
     return httpx.Client(base_url=URL, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-def _follow(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadline_s: float) -> None:
-    last = ""
-    while time.monotonic() - began < deadline_s:
-        pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
-        line = " ".join(f"{j['kind']}={j['state']}:{(j.get('progress') or 0):.2f}" for j in pipeline["jobs"])
-        if line != last:
-            print(f"[{time.monotonic() - began:5.0f}s] {pipeline['state']}: {line}", flush=True)
-            last = line
-        if pipeline["state"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(5)
-    report(http, pipeline_id, out)
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ def test_servers_are_listed_and_stopped_from_the_page(
     expect(bench_row).to_have_count(1)
     assert "deployable" in bench_row.inner_text()
     assert "2.37×" in bench_row.inner_text()  # the chosen depth 10: 431 / 182 tok/s
+    assert "10,1,11" in bench_row.inner_text()  # named by its config (a tree may share its depth)
     dashboard.screenshot("servers")
 
     row.locator("button[data-stop]").click()

@@ -7,7 +7,7 @@ import { h, num, replace, table } from "./dom.js";
 
 // A row is named by its config ("steps,topk,draft_tokens": a tree and a chain of the same steps differ);
 // results from before configs existed name only a depth.
-const configLabel = (row) => (row.depth === null && !row.config ? "baseline" : row.config || String(row.depth));
+export const configLabel = (row) => (row.depth === null && !row.config ? "baseline" : row.config || String(row.depth));
 
 // The benchmark stage's result (also stored as a benchmark's summary): {rows, gate: {deployable,
 // chosen_config, chosen_depth, speedup, reasons, verdict}}; a flat {rows, reasons} with `deployable` beside
@@ -69,7 +69,7 @@ function divergences(row) {
 const order = (row) => [row.depth ?? -1, row.topk ?? 1, row.draft_tokens ?? 0];
 const byConfig = (a, b) => order(a).map((value, i) => value - order(b)[i]).find((d) => d !== 0) ?? 0;
 
-function chosen(row, sweep) {
+export function chosen(row, sweep) {
   if (row.config) return row.config === sweep.chosenConfig;
   return row.depth !== null && row.depth === sweep.chosenDepth;
 }

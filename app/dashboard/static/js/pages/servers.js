@@ -2,7 +2,7 @@
 // button, and the latest benchmark verdicts.
 
 import { getOptional, postJson } from "../api.js";
-import { readSweep, verdictBadge } from "../benchmark.js";
+import { chosen, configLabel, readSweep, verdictBadge } from "../benchmark.js";
 import { ago, h, jobLink, notice, num, replace, shortId, stateBadge, table, timeTitle } from "../dom.js";
 import { poll } from "../live.js";
 
@@ -39,9 +39,12 @@ function serverRow(server) {
     h("td", null, LIVE.has(server.state) ? stop : null));
 }
 
+// The gate's chosen row by its config label ("5,2,8" and "5,1,6" share a depth), else the fastest.
 function chosenRow(sweep) {
-  const speculative = sweep.rows.filter((row) => row.depth !== null);
-  if (sweep.chosenDepth !== null) return speculative.find((row) => row.depth === sweep.chosenDepth) || null;
+  const speculative = sweep.rows.filter((row) => row.depth !== null || row.config);
+  if (sweep.chosenConfig !== null || sweep.chosenDepth !== null) {
+    return speculative.find((row) => chosen(row, sweep)) || null;
+  }
   return speculative.sort((a, b) => (b.speedup ?? 0) - (a.speedup ?? 0))[0] || null;
 }
 
@@ -52,7 +55,7 @@ function benchmarkRow(result) {
     h("td", null, jobLink(result.job_id)),
     h("td", { class: "mono" }, result.server_id ? shortId(result.server_id) : "—"),
     h("td", null, verdictBadge(sweep.deployable)),
-    h("td", null, top ? String(top.depth) : "—"),
+    h("td", { class: "mono" }, top ? configLabel(top) : "—"),
     h("td", null, top?.speedup ? `${num(top.speedup, 2)}×` : "—"),
     h("td", null, top ? num(top.accept_len, 2) : "—"),
     h("td", null, top ? num(top.output_tok_s, 0) : "—"),
@@ -79,7 +82,7 @@ export function mount(root) {
     if (!benchmarkList.available) replace(benchmarks, notice("This API has no /v1/benchmarks yet."));
     else if (!benchmarkList.data.length) replace(benchmarks, h("p", { class: "empty" }, "No benchmarks yet."));
     else {
-      const headers = ["job", "server", "verdict", "depth", "speedup", "accept len", "tok/s", "reasons", "when"];
+      const headers = ["job", "server", "verdict", "config", "speedup", "accept len", "tok/s", "reasons", "when"];
       replace(benchmarks, table(headers, benchmarkList.data.map(benchmarkRow), { id: "benchmarks-table" }));
     }
   });

@@ -213,6 +213,8 @@ AUTO_MAX_RUNNING_REQUESTS = 48
 # SGLang's default EAGLE-3 capture layers for a Llama-family target with n layers: [2, n//2, n-3] (llama.py).
 DEFAULT_AUX_LAYERS = "2, n//2, n-3"
 CONTEXT_OVERRIDE_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+# A request's sampling_seed is honoured only when the server runs with this flag (0.5.x io_struct/scheduler).
+DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
 # SGLang 0.5.14 derives a gRPC port as --port + 10000 (unless SGLANG_GRPC_PORT is set) and refuses to start
 # when that passes 65535 (server_args.py `_handle_deprecated_args`); 0.5.23 no longer does. Seen on the H200:

@@ -23,6 +23,7 @@ from drafting.generation.self_prompts import SelfPromptPlan
 from drafting.generation.tally import Tally
 from drafting.generation.template import TemplateFacts, TemplateProblem, load_chat_tokenizer, template_facts
 from drafting.serving.lifecycle import LiveServer, checked_launch, launched_server
+from drafting.sglang_facts import DETERMINISTIC_FLAG
 from drafting.stages.base import StageCancelled, StageContext, StageError
 
 PROGRESS_INTERVAL_S = 1.0
@@ -200,7 +201,7 @@ class _Progress:
 
 
 def _sampling_summary(params: GenerateParams, engine: str) -> dict[str, Any]:
-    deterministic = engine == "reference" or "--enable-deterministic-inference" in params.engine.extra_args
+    deterministic = engine == "reference" or DETERMINISTIC_FLAG in params.engine.extra_args
     return {
         "temperature": params.temperature,
         "top_p": params.top_p,

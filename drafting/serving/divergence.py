@@ -7,9 +7,11 @@ tokens, in SGLang and in a torch re-implementation alike). After a flip the two 
 texts, so only the *first* divergent position says anything. There the target itself is the judge: score the
 shared prefix in torch (float32 where it fits), take the top-two logit margin at that position.
 
-    near_tie   the margin is under `near_tie_bound` and both tokens are the target's top two: a rounding flip
-    real_loss  anything else (a token outside the top two, or a clear margin): the engine emitted a token
-               the target would not have chosen, a lost verify, and that fails a gate
+    near_tie   both tokens' logits lie within `near_tie_bound` of the target's top logit: a rounding flip
+               among tied tokens (two, or more: on the H200 a SmolLM2 position had three tokens within 0.003
+               logits, and the two engines each picked a different one that was not the float32 argmax)
+    real_loss  anything else (a token clearly below the top): the engine emitted a token the target would not
+               have chosen, a lost verify, and that fails a gate
     unscored   the target could not be scored here (too large for this machine's memory): reported, not judged
 
 The bound. bf16 keeps 8 significant bits, so one rounding moves a value by up to 2^-8 of its magnitude
@@ -47,8 +49,9 @@ class Divergence:
     candidate_token: int | None = None
     top_two: tuple[int, int] | None = None
     top_logits: tuple[float, float] | None = None
-    margin: float | None = None
+    margin: float | None = None  # the target's top-two margin at the position
     bound: float | None = None
+    gaps: tuple[float, float] | None = None  # top logit minus the baseline's and the candidate's token logit
     scored_in: str | None = None  # "float32 on cpu", …
     note: str = ""
 
@@ -141,15 +144,9 @@ def classify(
     values, indices = logits.topk(2)
     top = (int(indices[0]), int(indices[1]))
     top_logits = (round(float(values[0]), 5), round(float(values[1]), 5))
-    margin = float(values[0] - values[1])
     bound = near_tie_bound(float(values[0]))
-    near = margin < bound and {base_token, cand_token} <= set(top)
-    if near:
-        note = f"top-two margin {margin:.4f} < {bound:.3f} logits and both tokens are the top two"
-    elif {base_token, cand_token} <= set(top):
-        note = f"top-two margin {margin:.4f} is not under the near-tie bound {bound:.3f} logits"
-    else:
-        note = f"token(s) outside the target's top two {list(top)}: not a rounding flip"
+    gaps = (round(float(values[0] - logits[base_token]), 5), round(float(values[0] - logits[cand_token]), 5))
+    near = max(gaps) < bound
     return Divergence(
         request,
         position,
@@ -158,11 +155,19 @@ def classify(
         cand_token,
         top,
         top_logits,
-        round(margin, 5),
+        round(float(values[0] - values[1]), 5),
         round(bound, 4),
+        gaps,
         scorer.description,
-        note,
+        _note(near, gaps, bound, top),
     )
+
+
+def _note(near: bool, gaps: tuple[float, float], bound: float, top: tuple[int, int]) -> str:
+    below = f"baseline's token {gaps[0]:.4f}, candidate's {gaps[1]:.4f} logits below the top"
+    if near:
+        return f"{below}: both within the near-tie bound {bound:.3f}, a rounding flip among tied tokens"
+    return f"{below} (top two {list(top)}): over the near-tie bound {bound:.3f}, not a rounding flip"
 
 
 def _fits_in_float32(folder: Path, device: str) -> bool:

@@ -7,8 +7,9 @@ slightly higher since the prefill's token has no verify step). A set with catego
 category (`by_category`).
 
 With `check_outputs`, every prompt is also decoded plainly and each speculative output that differs is judged
-at its first divergent position by the target itself (drafting.serving.divergence): a numerical near-tie (the
-target's top two logits within the stated bound, a rounding flip between two kernels' reduction orders) or a
+at its first divergent position by the target itself (drafting.serving.divergence): a numerical near-tie (both
+tokens' logits within the stated bound of the target's top logit, a rounding flip between two kernels'
+reduction orders) or a
 real loss (a token the target would not choose). `outputs_match` is False only on a real loss, so a drafter
 is never refused for bf16 rounding; `outputs_identical` says whether every output was bit-for-bit the same.
 """
@@ -91,7 +92,7 @@ class DepthTally:
         }
 
 
-_DIVERGENCE_KEYS = ("position", "verdict", "baseline_token", "candidate_token", "margin", "bound")
+_DIVERGENCE_KEYS = ("position", "verdict", "baseline_token", "candidate_token", "margin", "bound", "gaps")
 
 
 def _divergent_row(divergence: Divergence, prompt: Prompt) -> dict[str, Any]:

@@ -263,7 +263,9 @@ def _outputs_note(counted: Sequence[dict[str, Any]]) -> str:
     unscored = sum(r["divergences"]["unscored"] for r in judged)
     parts = []
     if near:
-        parts.append(f"{near} numerical near-tie(s) accepted (the target's top two within the bound)")
+        parts.append(
+            f"{near} numerical near-tie(s) accepted (both tokens within the bound of the target's top logit)"
+        )
     if unscored:
         parts.append(f"{unscored} divergence(s) not judged (past the scoring cap; reported as unscored)")
     parts += [f"{r['label']} compared bit for bit ({_strict(r)})" for r in counted if _strict(r)]

@@ -27,20 +27,24 @@ from drafting.serving import decoding
 
 TIED = len(SPECIALS) + 5  # at this token the target's top two are its successor and RIVAL
 RIVAL = len(SPECIALS) + 20
+THIRD = len(SPECIALS) + 30  # in the three-way tie, PLANTED_MARGIN_THIRD below the successor after TIED
 PLANTED_MARGIN = 0.1
+PLANTED_MARGIN_THIRD = 0.15
 FLIP_BELOW = 0.2
 PLANT_ENV = "EYAS_TEST_DECODING_PLANT"
 PLANT_DIR = Path(__file__).parent / "plant"  # its sitecustomize plants PLANT_ENV's fault in a server
 
 
-def plant_near_tie(folder: Path) -> Path:
-    """RIVAL raised to PLANTED_MARGIN logits below the successor after TIED, in the target saved at folder."""
+def plant_near_tie(folder: Path, rivals: Sequence[tuple[int, float]] = ((RIVAL, PLANTED_MARGIN),)) -> Path:
+    """Each rival raised to its margin in logits below the successor after TIED, in the target saved at
+    folder."""
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([[TIED]])).logits[0, -1]
         top = float(logits[successor(TIED)])
         direction = model.lm_head.weight[successor(TIED)] / top  # the successor's row scores TIED at `top`
-        model.lm_head.weight[RIVAL] += direction * (top - PLANTED_MARGIN - float(logits[RIVAL]))
+        for rival, margin in rivals:
+            model.lm_head.weight[rival] += direction * (top - margin - float(logits[rival]))
     model.save_pretrained(folder)
     return folder
 
@@ -48,6 +52,13 @@ def plant_near_tie(folder: Path) -> Path:
 def near_tie_target(folder: Path) -> Path:
     """The successor target with the planted near-tie, saved at folder."""
     return plant_near_tie(successor_target(folder))
+
+
+def three_way_tie_target(folder: Path) -> Path:
+    """The successor target where, after TIED, the successor, RIVAL and THIRD lie within PLANTED_MARGIN_THIRD
+    logits (as three SmolLM2 tokens did within 0.003 on the H200), saved at folder."""
+    rivals = ((RIVAL, PLANTED_MARGIN), (THIRD, PLANTED_MARGIN_THIRD))
+    return plant_near_tie(successor_target(folder), rivals)
 
 
 def random_drafter(config: dict[str, Any], embeddings: torch.Tensor | None = None) -> Eagle3Drafter:

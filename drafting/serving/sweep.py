@@ -10,6 +10,12 @@ and the result says `interleaved: false` and why.
 
 After a config's rounds, its greedy outputs are judged against the baseline's (SweepJudge: a divergence is
 scored by the target on the CPU, while the servers hold the GPUs; `numerics` in the result says how).
+
+A config whose server fails its smoke test is refused (a `rejected` row with the smoke report) and the sweep
+goes on with the next one: one bad config must not throw away the others' measurements (on the H200 a tree
+config's smoke failure after three measured chain configs lost all of them). The gate then fails, naming it.
+A failure that ends the sweep early still leaves the configs measured so far in the error's
+`rows_measured`.
 """
 
 from __future__ import annotations
@@ -74,6 +80,9 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
             measured = sweep.interleaved(configs, free_before=servers.smallest_free_mib(readings))
         else:
             measured = sweep.one_server_at_a_time(configs)
+    except StageError as exc:
+        exc.details.setdefault("rows_measured", [config_row(rounds) for rounds in sweep.measured])
+        raise
     finally:
         sweep.judge.release()
     baseline_runs = [run for rounds in measured for run in rounds.baseline]
@@ -128,6 +137,7 @@ class _Sweep:
         self.launch = params.launch
         self.smoke = _smoke(params)
         self.judge = SweepJudge(self.launch.model, PromptIds(prompts, params.send_as, self.launch.model))
+        self.measured: list[ConfigRounds] = []  # configs done so far, refused ones included
 
     def interleaved(self, configs: Sequence[SpecConfig], *, free_before: float | None) -> list[ConfigRounds]:
         layout, measured = self.layout, []
@@ -146,8 +156,11 @@ class _Sweep:
                 spec = servers.server_spec(
                     self.launch, config, port=layout.speculative_port, mem_fraction=fraction
                 )
-                with self._server(spec, config) as speculative:
-                    rounds = self._rounds(config, number, len(configs), baseline, speculative)
+                try:
+                    with self._server(spec, config) as speculative:
+                        rounds = self._rounds(config, number, len(configs), baseline, speculative)
+                except ConfigRefused as refused:
+                    rounds = refused.rounds
                 servers.wait_memory_back(readings)
                 measured.append(self._done(rounds))
         servers.wait_gpus_clean(self.ctx)
@@ -164,7 +177,12 @@ class _Sweep:
             self.ctx.check_cancelled()
             self.ctx.progress((number + 1) / (len(configs) + 1), f"{config.label}: launching")
             spec = servers.server_spec(self.launch, config, port=self.layout.baseline_port, mem_fraction=None)
-            runs = self._alone(spec, config)
+            try:
+                runs = self._alone(spec, config)
+            except ConfigRefused as refused:
+                measured.append(self._done(refused.rounds))
+                servers.wait_gpus_clean(self.ctx)
+                continue
             orders = [[BASELINE, SPECULATIVE] for _ in runs]
             rounds = ConfigRounds(config, baseline_runs[: len(runs)], runs, orders)
             for index in range(len(runs)):
@@ -234,6 +252,11 @@ class _Sweep:
         )
 
     def _done(self, rounds: ConfigRounds) -> ConfigRounds:
+        self.measured.append(rounds)
+        if rounds.rejected is not None:
+            self.ctx.log(f"{rounds.config.label}: refused by its smoke test, not measured; the sweep goes on")
+            self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
+            return rounds
         judged = judge_outputs(rounds, self.judge)
         counts = ", ".join(f"{verdict} {n}" for verdict, n in judged.counts().items())
         how = (
@@ -250,10 +273,22 @@ class _Sweep:
         """Check, start, smoke-test (params.smoke) and warm one server; always stopped on the way out."""
         rendered = checked_launch(self.ctx, spec)
         with launched_server(self.ctx, spec, rendered) as server:
-            if self.smoke is not None:  # raises a StageError: the job fails before any measurement
-                self.smoke.check(self.ctx, server, config.steps if config else None, config=_config(config))
+            if self.smoke is not None:
+                self._smoke_check(server, config)
             self.ctx.log(f"{_label(config)}: ready after {server.ready_after_s:.1f} s at {server.url}")
             yield Measured(server, self._warm(server, load_options(self.params)))
+
+    def _smoke_check(self, server: LiveServer, config: SpecConfig | None) -> None:
+        """The baseline's failure ends the sweep (nothing to compare with); a config's refuses that config."""
+        assert self.smoke is not None
+        try:
+            self.smoke.check(self.ctx, server, config.steps if config else None, config=_config(config))
+        except StageError as exc:
+            if config is None:
+                raise
+            raise ConfigRefused(
+                ConfigRounds(config, rejected=exc.details or {"message": exc.message})
+            ) from exc
 
     def _warm(self, server: LiveServer, options: LoadOptions) -> LoadOptions:
         params = self.params
@@ -269,6 +304,14 @@ class _Sweep:
         except RuntimeError as exc:
             raise_if_died(server)
             raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
+
+
+class ConfigRefused(Exception):
+    """A speculative config failed its smoke test: recorded as refused, the sweep goes on."""
+
+    def __init__(self, rounds: ConfigRounds) -> None:
+        super().__init__(rounds.config.label)
+        self.rounds = rounds
 
 
 class PromptIds:

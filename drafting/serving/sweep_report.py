@@ -63,6 +63,7 @@ class ConfigRounds:
     speculative: list[BenchmarkRun] = field(default_factory=list)
     orders: list[list[str]] = field(default_factory=list)
     judged: JudgedOutputs | None = None  # its outputs against the baseline's (judge_outputs)
+    rejected: dict[str, Any] | None = None  # the smoke report that kept this config from being measured
 
     def speedups(self) -> list[float]:
         return round_speedups(
@@ -124,6 +125,8 @@ def baseline_row(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
 
 
 def config_row(rounds: ConfigRounds) -> dict[str, Any]:
+    if rounds.rejected is not None:
+        return rejected_row(rounds.config, rounds.rejected)
     config = rounds.config
     summary = pooled_summary(rounds.speculative)
     interval = rounds.interval()
@@ -147,6 +150,33 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
         "confidence": CONFIDENCE,
         **judged.row_fields(),
         "rounds": rounds.round_rows(),
+    }
+
+
+def rejected_row(config: SpecConfig, smoke: dict[str, Any]) -> dict[str, Any]:
+    """A config its smoke test refused: nothing measured, the smoke report kept (the gate names it)."""
+    return {
+        "config": config.label,
+        "label": config.label,
+        "depth": config.steps,
+        "steps": config.steps,
+        "topk": config.topk,
+        "draft_tokens": config.draft_tokens,
+        **dict.fromkeys(_POOLED_FIELDS),
+        "server_accept_len": None,
+        "baseline_tok_s": None,
+        "speedup": None,
+        "speedup_std": None,
+        "speedup_n": 0,
+        "speedup_ci_low": None,
+        "speedup_ci_high": None,
+        "confidence": CONFIDENCE,
+        "outputs_match": None,
+        "outputs_identical": None,
+        "mismatched_requests": None,
+        "divergences": None,
+        "rejected": {"stage": "smoke", **smoke},
+        "rounds": [],
     }
 
 
@@ -179,8 +209,9 @@ def judge_outputs(rounds: ConfigRounds, judge: SweepJudge) -> JudgedOutputs:
 
 
 def best_config(rows: Sequence[dict[str, Any]]) -> str | None:
-    """The config with the highest speedup lower bound (the mean where no interval exists)."""
-    speculative = [row for row in rows if row["config"] is not None]
+    """The measured config with the highest speedup lower bound (a config its smoke test refused is never
+    best)."""
+    speculative = [row for row in rows if row["config"] is not None and not row.get("rejected")]
     if not speculative:
         return None
     return str(max(speculative, key=_lower_bound)["config"])
@@ -203,7 +234,7 @@ def release_gate(
         f"{r['label']}: {r['failed_requests']} request(s) failed" for r in rows if r["failed_requests"]
     ]
     label = chosen.label if chosen is not None else best_config(rows)
-    row = next((r for r in speculative if r["config"] == label), None)
+    row = next((r for r in speculative if r["config"] == label and not r.get("rejected")), None)
     judged = _judge_speedup(label, row, threshold)
     if not judged["passes"]:
         reasons.append(judged["text"])
@@ -237,6 +268,10 @@ def _strict(row: dict[str, Any]) -> str | None:
 
 def _output_reasons(row: dict[str, Any]) -> list[str]:
     label, match = row["label"], row["outputs_match"]
+    if row.get("rejected"):
+        smoke = row["rejected"]
+        why = f"{smoke.get('verdict')}: {smoke.get('message')}"
+        return [f"{label}: refused by its smoke test, not measured ({why})"]
     if match is None:
         return [f"{label}: outputs could not be compared"]
     if match:

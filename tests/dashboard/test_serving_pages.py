@@ -6,6 +6,8 @@ import httpx
 from playwright.sync_api import expect
 
 from app.core.config import Settings
+from contract.params.benchmark import SpecConfig
+from drafting.serving.sweep_report import rejected_row
 from tests.dashboard import data
 from tests.dashboard.conftest import Dashboard
 
@@ -92,6 +94,23 @@ def test_a_benchmark_job_plots_acceptance_and_speed_by_depth(
         "0 near-tie · 1 loss · 0 unscored",
     )
     assert "request 3 token 17: real_loss" in (lossy.nth(7).get_attribute("title") or "")
+
+    # a config its smoke test refused: a row with nothing measured, named as refused, the others still shown
+    smoke = {
+        "verdict": "outputs_diverged",
+        "message": "1 output(s) diverge from the baseline beyond a near-tie",
+    }
+    refused = {**data.sweep_result(deployable=False)}
+    refused["rows"] = [*refused["rows"], rejected_row(SpecConfig(steps=5, topk=4, draft_tokens=8), smoke)]
+    job = data.make_job(
+        settings, "benchmark", "failed", termination_reason="RELEASE_GATE_FAILED", result=refused
+    )
+    dashboard.open(f"#/jobs/{job}")
+    row = page.locator("#benchmark-table tbody tr", has_text="5,4,8").locator("td")
+    expect(row.nth(6)).to_have_text("refused by smoke test: outputs_diverged")
+    assert row.nth(3).inner_text() == "—"
+    assert "diverge from the baseline" in (row.nth(6).get_attribute("title") or "")
+    expect(page.locator("#benchmark-table tbody tr")).to_have_count(6)
     assert dashboard.errors == []
 
 

@@ -103,8 +103,9 @@ def plant(kind: str, set_attribute: Callable[[Any, str, Any], None] = setattr) -
 
 
 def in_servers(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    """Servers started from now on decode with `kind` planted: they inherit the test's environment, and
-    PLANT_DIR first on PYTHONPATH makes their interpreter run its sitecustomize."""
+    """Servers started from now on decode with `kind` planted ("lossy@3": only servers of depth 3): they
+    inherit the test's environment, and PLANT_DIR first on PYTHONPATH makes their interpreter run its
+    sitecustomize."""
     existing = os.environ.get("PYTHONPATH", "")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(PLANT_DIR), existing) if p))
     monkeypatch.setenv(PLANT_ENV, kind)

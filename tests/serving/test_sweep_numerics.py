@@ -131,6 +131,39 @@ def test_a_lossy_verify_fails_the_gate_as_a_real_loss(
     assert "real loss" in failure.message
 
 
+def test_a_config_its_smoke_test_refuses_is_recorded_and_the_sweep_goes_on(
+    ctx: RecordingContext, pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the H200 a tree config's smoke failure after three measured chain configs failed the job and lost
+    every measurement. Now: the lossy config (planted in depth-3 servers only) is refused with its smoke
+    report, the next config is still measured, and the gate names the refused one."""
+    planted.in_servers(monkeypatch, "lossy@3")
+    configs = [{"steps": 3, "topk": 1, "draft_tokens": 4}, {"steps": 1, "topk": 1, "draft_tokens": 2}]
+    params = sweep_params(
+        pair, tmp_path, depths=None, configs=configs, smoke=True, smoke_min_accept_length=1.0
+    )
+    with pytest.raises(StageError) as caught:
+        benchmark_stage.run(ctx, params)
+    failure = caught.value
+    assert failure.reason is TerminationReason.RELEASE_GATE_FAILED
+    rows = failure.details["rows"]
+    assert [row["config"] for row in rows] == [None, "3,1,4", "1,1,2"]
+    refused, measured = rows[1], rows[2]
+    assert refused["rejected"]["verdict"] == "outputs_diverged"
+    assert refused["rejected"]["real_losses"] >= 1
+    assert refused["speedup"] is None
+    assert measured.get("rejected") is None
+    assert measured["outputs_match"] is True
+    assert measured["speedup_n"] == 2
+    assert failure.details["best_config"] == "1,1,2"
+    gate = failure.details["gate"]
+    assert gate["deployable"] is False
+    assert gate["reasons"][0].startswith("3,1,4: refused by its smoke test, not measured (outputs_diverged")
+    smokes = [(e["config"], e["verdict"]) for e in ctx.recording.of_type("smoke")]
+    assert smokes == [("3,1,4", "outputs_diverged"), ("1,1,2", "passed")]
+    assert [r["config"] for r in ctx.recording.of_type("benchmark_row")] == ["3,1,4", "1,1,2"]
+
+
 def record(index: int, output: list[int], prompt: list[int]) -> RequestRecord:
     return RequestRecord(index, prompt_tokens=len(prompt), completion_tokens=len(output), output_ids=output)
 

@@ -50,6 +50,7 @@ function speedup(row) {
 
 // outputs_match is "no real loss" (near-ties accepted); bit for bit where the target could not judge.
 function outputs(row) {
+  if (row.rejected) return `refused by smoke test: ${row.rejected.verdict}`;
   if (missing(row.outputs_match)) return "—";
   if (!row.outputs_match) return row.divergence_judge?.mode === "strict" ? "differ (bit for bit)" : "REAL LOSS";
   if (row.outputs_identical === false) return "no real loss";
@@ -85,7 +86,8 @@ function benchmarkTable(rows, sweep) {
       h("td", null, speedup(row)),
       h("td", null, `${ms(row.ttft_p50_ms)} / ${ms(row.ttft_p99_ms)}`),
       h("td", null, `${num(row.itl_p50_ms, 2)} / ${num(row.itl_p99_ms, 2)}`),
-      h("td", { class: row.outputs_match === false ? "bad" : null }, outputs(row)),
+      h("td", { class: row.outputs_match === false || row.rejected ? "bad" : null, title: row.rejected?.message || null },
+        outputs(row)),
       divergences(row))),
     { class: "table benchmark-table", id: "benchmark-table" },
   );

@@ -80,6 +80,20 @@ def test_eagle3_pipeline_end_to_end_with_lineage(
     depths = {row["depth"]: row for row in bench["rows"]}
     assert depths[5]["outputs_match"] is True  # speculative greedy output equals the baseline's
     assert depths[5]["accept_len"] > 2.0, bench["rows"]  # the drafter learned the successor rule
+    # acceptance by depth, side by side: training's estimate, eval's figure, the engine's own (errors vs it)
+    acceptance = done["acceptance"]
+    assert acceptance["engine"] == "reference"
+    by_depth = {row["depth"]: row for row in acceptance["by_depth"]}
+    assert sorted(by_depth) == [3, 5]
+    evaluated = {d["depth"]: d["accept_length_meta"] for d in jobs["eval"]["result"]["depths"]}
+    for depth, row in by_depth.items():
+        assert row["eval"] == pytest.approx(evaluated[depth], abs=1e-4)
+        assert row["served"] == pytest.approx(depths[depth]["accept_len"], abs=1e-4)
+        assert row["eval_error"] == pytest.approx((row["eval"] - row["served"]) / row["served"], abs=1e-3)
+    # training unrolls 3 TTT steps here: an estimate exists up to depth 3 and no further (none is made up)
+    assert by_depth[3]["train_estimate"] > 1.0
+    assert by_depth[3]["train_error"] is not None
+    assert by_depth[5]["train_estimate"] is None
     stored = client.get("/v1/benchmarks", params={"job_id": jobs["benchmark"]["id"]}, headers=admin).json()
     assert stored[0]["deployable"] is True
     # lineage: the SGLang-ready checkpoint leads back through the drafter to the hidden states

@@ -84,3 +84,5 @@ class PipelineRead(BaseModel):
     spec: dict[str, Any]
     failed_step: str | None
     jobs: list[JobRead]
+    # acceptance by depth: training's estimate, eval's figure and the served one, with errors (acceptance.py)
+    acceptance: dict[str, Any] | None = None

@@ -18,6 +18,7 @@ from app.models.base import utcnow
 from app.models.job import Job
 from app.models.pipeline import Pipeline
 from app.pipelines import repository
+from app.pipelines.acceptance import acceptance_report
 from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
 from app.pipelines.templates import EAGLE3_STEPS, StepPlan, eagle3_plan
 
@@ -77,6 +78,7 @@ def read(session: Session, pipeline: Pipeline) -> PipelineRead:
         spec=pipeline.spec,
         failed_step=failed_step,
         jobs=[JobRead.of(j) for j in latest.values()],
+        acceptance=acceptance_report({step: job.result for step, job in latest.items()}),
     )
 
 

@@ -91,6 +91,7 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
     gate = release_gate(rows, params.chosen(), params.speedup_threshold)
     ctx.progress(1.0, "sweep done")
     return {
+        "engine": engine,
         "rows": rows,
         "gate": gate,
         "best_config": best_config(rows),

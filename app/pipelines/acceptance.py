@@ -1,0 +1,105 @@
+"""Acceptance length by depth, three ways, side by side: what training estimated, what eyas's `eval` measured
+in torch, and what the serving engine reported in the sweep (SGLang's meta_info on a GPU host) — with each
+prediction's error against the served figure. A user learns whether to trust the cheaper figures next time.
+
+    train     `val/est_accept_len_d{N}` of the checkpoint the pipeline carried on (SGLang's chain formula over
+              the validation split's conditional accuracies)
+    eval      `accept_length_meta` (Σ completion tokens / Σ verify steps, as SGLang counts) at depth N
+    served    the sweep row of the chain config N,1,N+1: `accept_len` from the engine's own counters
+
+Errors are relative to the served figure: (predicted − served) / served. Nothing here is measured anew; a
+step that has not run (or kept no figure) leaves its column null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+EVAL_TOLERANCE = 0.05  # issue 14: eval's prediction within 5 % of the engine's measured acceptance
+
+
+def acceptance_report(results: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """`results`: each step's latest job result (or failure details) by step name."""
+    train = _train_estimates(results.get("train"))
+    evaluated = _eval_figures(results.get("eval"))
+    served, engine = _served_figures(results.get("benchmark"))
+    depths = sorted(set(evaluated) | set(served))
+    if not depths:
+        return None
+    rows = [_row(depth, train.get(depth), evaluated.get(depth), served.get(depth)) for depth in depths]
+    return {
+        "by_depth": rows,
+        "engine": engine,
+        "eval_tolerance": EVAL_TOLERANCE,
+        "eval_within_tolerance": _all_within(rows),
+        "sources": {
+            "train": "val/est_accept_len_d{N} of the selected checkpoint",
+            "eval": "accept_length_meta",
+            "served": "accept_len of the sweep's chain config N,1,N+1",
+        },
+    }
+
+
+def _row(depth: int, train: float | None, evaluated: float | None, served: float | None) -> dict[str, Any]:
+    return {
+        "depth": depth,
+        "train_estimate": train,
+        "eval": evaluated,
+        "served": served,
+        "train_error": _relative(train, served),
+        "eval_error": _relative(evaluated, served),
+    }
+
+
+def _relative(predicted: float | None, served: float | None) -> float | None:
+    if predicted is None or not served:
+        return None
+    return round((predicted - served) / served, 4)
+
+
+def _all_within(rows: list[dict[str, Any]]) -> bool | None:
+    errors = [row["eval_error"] for row in rows if row["eval_error"] is not None]
+    return all(abs(error) <= EVAL_TOLERANCE for error in errors) if errors else None
+
+
+def _train_estimates(result: Mapping[str, Any] | None) -> dict[int, float]:
+    epochs = _mappings((result or {}).get("epochs"))
+    if not epochs:
+        return {}
+    best = (result or {}).get("best") or {}
+    chosen = epochs[-1]
+    if (result or {}).get("selected") == best.get("checkpoint"):
+        chosen = next((e for e in epochs if e.get("epoch") == best.get("epoch")), chosen)
+    prefix = "val/est_accept_len_d"
+    return {
+        int(key.removeprefix(prefix)): round(float(value), 4)
+        for key, value in chosen.items()
+        if key.startswith(prefix) and key.removeprefix(prefix).isdigit() and isinstance(value, int | float)
+    }
+
+
+def _eval_figures(result: Mapping[str, Any] | None) -> dict[int, float]:
+    figures = {}
+    for entry in _mappings((result or {}).get("depths")):
+        value = entry.get("accept_length_meta", entry.get("accept_length"))
+        if isinstance(entry.get("depth"), int) and isinstance(value, int | float):
+            figures[entry["depth"]] = round(float(value), 4)
+    return figures
+
+
+def _served_figures(result: Mapping[str, Any] | None) -> tuple[dict[int, float], str | None]:
+    result = result or {}
+    figures: dict[int, float] = {}
+    for row in _mappings(result.get("rows") or result.get("rows_measured")):
+        steps, topk, tokens, value = (row.get(k) for k in ("steps", "topk", "draft_tokens", "accept_len"))
+        chain = isinstance(steps, int) and topk in (1, None) and tokens in (steps + 1, None)
+        if chain and isinstance(steps, int) and isinstance(value, int | float) and not row.get("rejected"):
+            figures[steps] = round(float(value), 4)
+    engine = result.get("engine")
+    return figures, engine if isinstance(engine, str) else None
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    """The dict entries of a stored list (a result is stored JSON: a stray shape must not break a read)."""
+    return [entry for entry in value if isinstance(entry, Mapping)] if isinstance(value, list) else []

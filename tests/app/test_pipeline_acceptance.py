@@ -1,0 +1,87 @@
+"""The pipeline's acceptance table: training's estimate, eval's figure and the served one by depth, with
+errors against the served figure. Inputs are step results shaped as the stages write them (the numbers are
+the H200 run of 2026-12-02, docs/gpu/real_smollm2_h200_run2.json, where it has them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.pipelines.acceptance import EVAL_TOLERANCE, acceptance_report
+
+
+def train_result(best_epoch: int, *, keep_best: bool = True) -> dict[str, Any]:
+    epochs = [
+        {
+            "epoch": 1.0,
+            "val/est_accept_len_d3": 1.586,
+            "val/est_accept_len_d5": 1.622,
+            "val/est_accept_len": 1.6,
+        },
+        {"epoch": 2.0, "val/est_accept_len_d3": 1.964, "val/est_accept_len_d5": 2.111},
+        {"epoch": 3.0, "val/est_accept_len_d3": 1.9, "val/est_accept_len_d5": 2.0},
+    ]
+    best = {"epoch": best_epoch, "checkpoint": f"/runs/train/epoch_{best_epoch}"}
+    selected = best["checkpoint"] if keep_best else "/runs/train/epoch_3"
+    return {"epochs": epochs, "best": best, "selected": selected}
+
+
+EVAL = {
+    "depths": [
+        {"depth": 3, "accept_length": 1.4357, "accept_length_meta": 1.4423},
+        {"depth": 5, "accept_length": 1.4534, "accept_length_meta": 1.4601},
+    ]
+}
+
+
+def chain_row(steps: int, accept: float | None, **extra: Any) -> dict[str, Any]:
+    return {"config": f"{steps},1,{steps + 1}", "steps": steps, "topk": 1, "draft_tokens": steps + 1,
+            "accept_len": accept, **extra}  # fmt: skip
+
+
+def test_each_depth_puts_the_three_figures_side_by_side_with_errors_against_the_served_one() -> None:
+    rows = [{"config": None, "steps": None, "accept_len": None}, chain_row(3, 1.50), chain_row(5, 1.46)]
+    tree = {"config": "5,4,8", "steps": 5, "topk": 4, "draft_tokens": 8, "accept_len": 1.75}
+    report = acceptance_report(
+        {"train": train_result(2), "eval": EVAL, "benchmark": {"engine": "sglang", "rows": [*rows, tree]}}
+    )
+    assert report is not None
+    assert report["engine"] == "sglang"
+    by_depth = {row["depth"]: row for row in report["by_depth"]}
+    assert sorted(by_depth) == [3, 5]
+    assert by_depth[5]["served"] == 1.46, "a tree of 5 steps is not the depth-5 chain"
+    assert by_depth[3] == {
+        "depth": 3,
+        "train_estimate": 1.964,  # the selected (best) epoch's, not the last
+        "eval": 1.4423,
+        "served": 1.5,
+        "train_error": pytest.approx((1.964 - 1.5) / 1.5, abs=1e-4),
+        "eval_error": pytest.approx((1.4423 - 1.5) / 1.5, abs=1e-4),
+    }
+    assert abs(by_depth[3]["eval_error"]) <= EVAL_TOLERANCE
+    assert abs(by_depth[5]["eval_error"]) <= EVAL_TOLERANCE
+    assert report["eval_within_tolerance"] is True
+
+
+def test_the_last_epoch_is_read_when_the_pipeline_kept_the_last_checkpoint() -> None:
+    report = acceptance_report({"train": train_result(2, keep_best=False), "eval": EVAL})
+    assert report is not None
+    assert {row["depth"]: row["train_estimate"] for row in report["by_depth"]} == {3: 1.9, 5: 2.0}
+    assert all(row["served"] is None and row["eval_error"] is None for row in report["by_depth"])
+    assert report["eval_within_tolerance"] is None
+
+
+def test_a_failed_sweep_still_gives_what_it_measured_and_never_a_refused_config() -> None:
+    measured = [chain_row(3, 1.5), chain_row(5, None, rejected={"verdict": "outputs_diverged"})]
+    report = acceptance_report({"eval": EVAL, "benchmark": {"rows_measured": measured}})
+    assert report is not None
+    by_depth = {row["depth"]: row for row in report["by_depth"]}
+    assert by_depth[3]["served"] == 1.5
+    assert by_depth[5]["served"] is None
+    assert by_depth[5]["eval"] == 1.4601
+
+
+def test_without_eval_or_sweep_figures_there_is_no_table() -> None:
+    assert acceptance_report({"train": train_result(2)}) is None
+    assert acceptance_report({"train": None, "eval": {"depths": "oops"}, "benchmark": {"rows": [{}]}}) is None

@@ -7,6 +7,11 @@ measures the bf16 matmul peak in the same process, so the MFU does not depend on
 
     python bench/bench_train.py [--batch 2] [--seq 2048] [--compile]   # GPU
     python bench/bench_train.py --small                                  # CPU, under a minute
+    python bench/bench_train.py --pack [--compile]                       # + packed vs unpacked, same run
+
+`--pack` adds `pack`: samples of ShareGPT-like lengths (log-normal, median seq/4, cut to seq), batched as the
+train stage does (unpacked: `batch` samples padded to the longest, rounded up to 128 on a GPU; packed:
+`batch` rows of up to `seq` tokens), and real (unpadded) tokens/s of each over the same number of steps.
 
 Prints one JSON object. Model FLOPs count the drafter only (fc, 7 x (qkv, o, MLP, lm_head, causal
 attention)), x3 for forward + backward; the target head's full-vocab matmul is extra work, reported apart.
@@ -26,8 +31,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from drafting.ml.drafter import Eagle3Drafter
+from drafting.ml.packing import epoch_packs, packing_report, row_layout
 from drafting.ml.target_head import TargetHead
-from drafting.ml.train_data import Batch
+from drafting.ml.train_data import Batch, epoch_batches
 from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer
 
 EIGHT_B = {
@@ -150,6 +156,75 @@ def time_steps(trainer: Trainer, batch: Batch, warmup: int, steps: int) -> float
     return (time.perf_counter() - started) / steps
 
 
+def sample_lengths(count: int, seq: int, seed: int = 0) -> list[int]:
+    """ShareGPT-like lengths: log-normal around seq/4, at least 16 tokens, cut to seq."""
+    rng = torch.Generator().manual_seed(seed)
+    lengths = (torch.randn(count, generator=rng) + torch.tensor(seq / 4).log()).exp()
+    return [int(n) for n in lengths.clamp(16, seq).tolist()]
+
+
+def planned_batch(rows: list[list[int]], packed: bool, shape: dict[str, int], device: torch.device) -> Batch:
+    """A synthetic batch of rows holding samples of these lengths, padded as the stage's Collate pads."""
+    pad = 128 if device.type == "cuda" else 1
+    filled = [sum(row) for row in rows]
+    seq = -(-max(filled) // pad) * pad
+    b, h = len(rows), shape["hidden_size"]
+    positions = torch.arange(seq, device=device)[None]
+    real = positions < torch.tensor(filled, device=device)[:, None]
+    return Batch(
+        input_ids=torch.randint(0, shape["vocab_size"], (b, seq), device=device) * real,
+        loss_mask=real,
+        hidden=torch.randn(b, seq, 4, h, device=device, dtype=torch.bfloat16),
+        lengths=torch.tensor(filled, device=device),
+        layout=row_layout(rows, seq).to(device) if packed else None,
+    )
+
+
+def pack_comparison(
+    trainer: Trainer, shape: dict[str, int], args: argparse.Namespace, device: torch.device
+) -> dict[str, Any]:
+    """Real tokens/s unpacked and packed, `args.steps` timed steps each after `args.warmup`."""
+    needed = args.warmup + args.steps
+    lengths = sample_lengths(needed * args.batch * 8, args.seq)  # enough for `needed` packed batches
+    samples = list(range(len(lengths)))
+    unpacked = epoch_batches(samples, lengths, batch_size=args.batch, epoch=0, seed=0)[:needed]
+    packed = epoch_packs(samples, lengths, rows_per_batch=args.batch, row_len=args.seq, epoch=0, seed=0)
+    packed = packed[:needed]
+    pad_multiple = 128 if device.type == "cuda" else 1
+    report = packing_report(packed, unpacked, lengths, row_len=args.seq, pad_multiple=pad_multiple)
+    plans = {
+        "unpacked": [[[lengths[i]] for i in batch] for batch in unpacked],
+        "packed": [[[lengths[i] for i in row] for row in batch] for batch in packed],
+    }
+    results: dict[str, Any] = {"median_sample_tokens": sorted(lengths)[len(lengths) // 2]}
+    for name, plan in plans.items():
+        batches = [planned_batch(rows, name == "packed", shape, device) for rows in plan]
+        results[name] = measure(trainer, batches, args.warmup)
+        timed_samples = sum(len(row) for rows in plan[args.warmup :] for row in rows)
+        results[name]["samples_per_step"] = round(timed_samples / args.steps, 2)
+    results["unpacked"]["padding_fraction"] = round(report.unpacked_padding_fraction, 4)
+    results["packed"]["padding_fraction"] = round(report.padding_fraction, 4)
+    speedup = results["packed"]["tokens_per_s"] / results["unpacked"]["tokens_per_s"]
+    results["packed_over_unpacked_tokens_per_s"] = round(speedup, 3)
+    return results
+
+
+def measure(trainer: Trainer, batches: list[Batch], warmup: int) -> dict[str, Any]:
+    """Step time and real (unpadded) tokens/s of the batches after the first `warmup`."""
+    for i, batch in enumerate(batches[:warmup]):
+        trainer.step(batch, i)
+    _sync(trainer.device)
+    started = time.perf_counter()
+    for i, batch in enumerate(batches[warmup:]):
+        trainer.step(batch, warmup + i)
+    _sync(trainer.device)
+    elapsed, timed = time.perf_counter() - started, batches[warmup:]
+    return {
+        "step_ms": round(elapsed / len(timed) * 1e3, 1),
+        "tokens_per_s": round(sum(batch.tokens for batch in timed) / elapsed),
+    }
+
+
 def time_target_head(trainer: Trainer, batch: Batch, repeats: int) -> float:
     trainer.head.distribution(batch.hidden[:, :, 3], trainer.draft_ids)
     _sync(trainer.device)
@@ -171,6 +246,9 @@ def main() -> None:
     parser.add_argument("--attention", choices=["auto", "dense", "flex"], default="auto")
     parser.add_argument(
         "--compile", action="store_true", help="torch.compile the drafter (the stage's cuda default)"
+    )
+    parser.add_argument(
+        "--pack", action="store_true", help="also measure packed against unpacked batches of varied lengths"
     )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.small
@@ -204,6 +282,8 @@ def main() -> None:
         "target_head_ms": round(head_s * 1e3, 1),
         "target_head_share": round(head_s / step_s, 3),
     }
+    if args.pack:
+        result["pack"] = pack_comparison(trainer, shape, args, device)
     if cuda:
         result["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
     print(json.dumps(result))

@@ -28,7 +28,20 @@ class TrainParams(DataParallelParams):
         description="samples per rank per optimizer step (padded to the longest); the global batch is "
         "batch_size x ranks",
     )
-    max_len: int = Field(2048, ge=8, le=262_144, description="samples are cut to this many tokens")
+    max_len: int = Field(
+        2048,
+        ge=8,
+        le=262_144,
+        description="samples are cut to this many tokens; with pack, also the tokens a packed row holds",
+    )
+    pack: bool = Field(
+        False,
+        description="sequence packing: each of a step's batch_size rows holds several whole samples, up to "
+        "max_len tokens, instead of one sample padded to the batch's longest; attention, rope positions, "
+        "the TTT shifts and the loss stay inside each sample, so a sample trains as if alone. A step then "
+        "holds more tokens and an epoch fewer steps. Off by default until a GPU measurement shows it raises "
+        "tokens/s without lowering acceptance (docs/training.md, Sequence packing)",
+    )
     lr: float = Field(1e-4, gt=0, le=1)
     warmup_ratio: float = Field(0.015, ge=0, le=1, description="warmup as a fraction of all steps")
     warmup_steps: int | None = Field(None, ge=0, description="overrides warmup_ratio")

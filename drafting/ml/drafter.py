@@ -45,6 +45,7 @@ from drafting.ml._checkpoint import load_drafter, save_drafter
 from drafting.ml._config import aux_layers_of, default_aux_layers, drafter_config
 from drafting.ml._layers import DecoderLayer, RMSNorm, Rotary
 from drafting.ml.capture import aux_hidden_states
+from drafting.ml.packing import RowLayout
 
 __all__ = [
     "Eagle3Drafter",
@@ -145,9 +146,10 @@ class Eagle3Drafter(nn.Module):
         features: torch.Tensor,
         steps: int,
         attention: _attention.AttentionBackend = "auto",
+        layout: RowLayout | None = None,
     ) -> list[torch.Tensor]:
         """`forward_ttt`, under the name DDP and torch.compile hook into."""
-        return self.forward_ttt(input_ids, features, steps, attention)
+        return self.forward_ttt(input_ids, features, steps, attention, layout)
 
     def forward_ttt(
         self,
@@ -155,28 +157,40 @@ class Eagle3Drafter(nn.Module):
         features: torch.Tensor,
         steps: int,
         attention: _attention.AttentionBackend = "auto",
+        layout: RowLayout | None = None,
     ) -> list[torch.Tensor]:
         """Pre-norm outputs of `steps` TTT passes, each [B, S, H].
 
         Step k at position j reads token `input_ids[j + k]` (0 past the end) and the step k-1 output at
         j, sits at rope position j + k, and predicts the token after `input_ids[j + k]`. Step 0 reads
         `project(features)`.
+
+        With a `layout` (packed rows, drafting/ml/packing.py) every sample runs as if alone: positions count
+        from its start, attention stays inside it, and `input_ids[j + k]` reads 0 from the sample's last
+        position on (`tokens_after[j] <= k`), where an unpacked row reads its padding.
         """
         hidden = self.project(features)
-        seq = input_ids.shape[1]
-        base_positions = torch.arange(seq, device=input_ids.device)[None]
+        positions = self._base_positions(input_ids, layout)
+        segments = layout.segments if layout is not None else None
         layer, keys, values, outputs = self.midlayer, [], [], []
         weights = layer.fused_weights(_autocast_dtype(hidden))
         for step in range(steps):
-            step_ids = _shift_left(input_ids, step)
-            cos, sin = self.rotary(base_positions + step, hidden.dtype)
+            step_ids = _step_tokens(input_ids, step, layout)
+            cos, sin = self.rotary(positions + step, hidden.dtype)
             x = layer.attention_input(self._embed(step_ids, hidden), hidden)
             q, k, v = layer.self_attn.project_qkv(x, cos, sin, weights.qkv)
             keys.append(k)
             values.append(v)
-            hidden = layer.finish(hidden, _attention.ttt(q, keys, values, attention), weights)
+            attended = _attention.ttt(q, keys, values, attention, segments)
+            hidden = layer.finish(hidden, attended, weights)
             outputs.append(hidden)
         return outputs
+
+    @staticmethod
+    def _base_positions(input_ids: torch.Tensor, layout: RowLayout | None) -> torch.Tensor:
+        if layout is not None:
+            return layout.positions
+        return torch.arange(input_ids.shape[1], device=input_ids.device)[None]
 
 
 def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -189,6 +203,14 @@ def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     device_type = x.device.type
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def _step_tokens(ids: torch.Tensor, step: int, layout: RowLayout | None) -> torch.Tensor:
+    """The tokens TTT step `step` reads: `ids` shifted left, 0 past the row's (packed: the sample's) end."""
+    shifted = _shift_left(ids, step)
+    if layout is None:
+        return shifted
+    return shifted.masked_fill(layout.tokens_after <= step, 0)
 
 
 def _shift_left(ids: torch.Tensor, by: int) -> torch.Tensor:

@@ -8,7 +8,8 @@ Alignment (token t_i at position i, target state a_i after reading t_0..t_i):
 * its target is the target model's distribution at position j+1+k (restricted and renormalised to the draft
   vocab, as EAGLE and SpecForge do), and
 * it counts where t_{j+2+k} is an assistant token (loss mask) - positions whose target argmax lies outside the
-  draft vocab are left out of the loss, but count as misses in the accuracies.
+  draft vocab are left out of the loss, but count as misses in the accuracies. In a packed row t_{j+2+k}
+  must also lie in j's own sample (`Targets.tokens_after`): the next sample's tokens are never a target.
 
 Accuracies: `acc_k` is step k's accuracy over *all* counted positions (marginal: the tokens fed are the
 data's and the state fed is the drafter's own, right or wrong at the earlier steps, so it is not conditioned
@@ -43,6 +44,8 @@ class Targets:
     argmax: torch.Tensor  # [B, S] target's full-vocab argmax at each position
     in_draft: torch.Tensor  # [B, S] whether that argmax is in the draft vocab
     loss_mask: torch.Tensor  # [B, S] whether the token at each position is an assistant token
+    # [B, S] packed rows: positions after each one in its sample (a step counts only predictions inside it)
+    tokens_after: torch.Tensor | None = None
 
 
 @dataclass
@@ -85,7 +88,7 @@ def ttt_objective(
         logits = drafter.logits(hidden[:, :usable])
         target_probs = targets.probs[:, 1 + step : 1 + step + usable]
         target_ids = targets.argmax[:, 1 + step : 1 + step + usable]
-        counted = targets.loss_mask[:, 2 + step : 2 + step + usable]
+        counted = _counted(targets, step, usable)
         trained = counted & targets.in_draft[:, 1 + step : 1 + step + usable]
         ce = _soft_cross_entropy(logits.flatten(0, 1), target_probs.flatten(0, 1))
         loss_sum = (ce.view_as(trained) * trained).sum()
@@ -99,6 +102,14 @@ def ttt_objective(
             stats.chain_correct.append((chain_ok & counted).sum())
             stats.count.append(counted.sum())
     return total, stats
+
+
+def _counted(targets: Targets, step: int, usable: int) -> torch.Tensor:
+    """Base positions j whose step predicts an assistant token t_{j+2+step} of j's own sample."""
+    counted = targets.loss_mask[:, 2 + step : 2 + step + usable]
+    if targets.tokens_after is None:
+        return counted
+    return counted & (targets.tokens_after[:, :usable] >= step + 2)
 
 
 def soft_cross_entropy(logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:

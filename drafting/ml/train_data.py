@@ -13,9 +13,13 @@ from torch.utils.data import DataLoader, Dataset
 from drafting.ml._config import check_aux_layers, text_config
 from drafting.ml._dataset import read_token_freq
 from drafting.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
+from drafting.ml.packing import Pack, RowLayout, epoch_packs, row_layout
 from drafting.userfiles import check_model_folder
 
 LENGTH_GROUP_BATCHES = 32  # batches per length-sorted group: little padding, still well shuffled
+
+# An epoch's batches: of dataset rows, or (packing) of packed rows, each the dataset rows it holds.
+EpochPlan = list[list[int]] | list[list[Pack]]
 
 
 class ExtractionMismatch(Exception):
@@ -106,6 +110,43 @@ def epoch_batches(
     return batches[rank:usable:world]
 
 
+def epoch_plan(
+    indices: list[int],
+    seq_lens: list[int],
+    *,
+    batch_size: int,
+    epoch: int,
+    seed: int,
+    rank: int = 0,
+    world: int = 1,
+    pack_len: int | None = None,
+) -> EpochPlan:
+    """`epoch_batches`, or with `pack_len` batches of `batch_size` packed rows of up to `pack_len` tokens
+    (drafting/ml/packing.py `epoch_packs`)."""
+    if pack_len is None:
+        return epoch_batches(
+            indices, seq_lens, batch_size=batch_size, epoch=epoch, seed=seed, rank=rank, world=world
+        )
+    return epoch_packs(
+        indices,
+        seq_lens,
+        rows_per_batch=batch_size,
+        row_len=pack_len,
+        epoch=epoch,
+        seed=seed,
+        rank=rank,
+        world=world,
+    )
+
+
+def run_steps(epochs: int, indices: list[int], seq_lens: list[int], **batching: Any) -> int:
+    """Optimizer steps over all epochs (`batching`: epoch_plan's keywords but the epoch): epochs x one
+    epoch's, except that packing plans each epoch anew, and its count of rows may differ a little."""
+    if batching.get("pack_len") is None:
+        return epochs * len(epoch_plan(indices, seq_lens, epoch=0, **batching))
+    return sum(len(epoch_plan(indices, seq_lens, epoch=e, **batching)) for e in range(epochs))
+
+
 class HiddenStateDataset(Dataset[dict[str, torch.Tensor]]):
     """Row i of an extraction, cut to max_len: token ids, loss mask and the 4 stored states per token."""
 
@@ -119,7 +160,16 @@ class HiddenStateDataset(Dataset[dict[str, torch.Tensor]]):
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index: int | Pack) -> dict[str, torch.Tensor]:
+        """Dataset row `index`, or a packed row: the rows of a Pack back to back, with their lengths."""
+        if isinstance(index, tuple):
+            samples = [self._sample(i) for i in index]
+            packed = {key: torch.cat([s[key] for s in samples]) for key in samples[0]}
+            packed["sample_lengths"] = torch.tensor([s["input_ids"].shape[0] for s in samples])
+            return packed
+        return self._sample(index)
+
+    def _sample(self, index: int) -> dict[str, torch.Tensor]:
         stored = load_sample(self.folder, index)
         keep = min(self.max_len, stored["token_ids"].shape[0])
         loss_mask = torch.tensor(self.rows[index]["loss_mask"][:keep], dtype=torch.bool)
@@ -135,19 +185,30 @@ class Batch:
     input_ids: torch.Tensor  # [B, S] int64, 0 past each row's length
     loss_mask: torch.Tensor  # [B, S] bool
     hidden: torch.Tensor  # [B, S, 4, T]
-    lengths: torch.Tensor  # [B]
+    lengths: torch.Tensor  # [B] tokens per row
+    layout: RowLayout | None = None  # packed rows: where each sample sits (None: one sample per row)
 
     def to(self, device: torch.device) -> Batch:
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+
         return Batch(
-            *(
-                t.to(device, non_blocking=True)
-                for t in (self.input_ids, self.loss_mask, self.hidden, self.lengths)
-            )
+            move(self.input_ids),
+            move(self.loss_mask),
+            move(self.hidden),
+            move(self.lengths),
+            self.layout.to(device) if self.layout is not None else None,
         )
 
     def pin_memory(self) -> Batch:
         """Called by DataLoader(pin_memory=True) so host-to-device copies can run asynchronously."""
-        return Batch(*(t.pin_memory() for t in (self.input_ids, self.loss_mask, self.hidden, self.lengths)))
+        return Batch(
+            self.input_ids.pin_memory(),
+            self.loss_mask.pin_memory(),
+            self.hidden.pin_memory(),
+            self.lengths.pin_memory(),
+            self.layout.pin_memory() if self.layout is not None else None,
+        )
 
     @property
     def tokens(self) -> int:
@@ -175,12 +236,14 @@ class Collate:
             batch.input_ids[row, :n] = item["input_ids"]
             batch.loss_mask[row, :n] = item["loss_mask"]
             batch.hidden[row, :n] = item["hidden"]
+        if "sample_lengths" in items[0]:
+            batch.layout = row_layout([item["sample_lengths"].tolist() for item in items], seq)
         return batch
 
 
 def batch_loader(
     dataset: HiddenStateDataset,
-    batches: list[list[int]],
+    batches: EpochPlan,
     *,
     workers: int,
     pin_memory: bool,

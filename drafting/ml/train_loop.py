@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +20,8 @@ import torch
 
 from drafting.ml.distributed import sum_across
 from drafting.ml.objective import ACCEPT_DEPTHS, summarise
-from drafting.ml.train_data import HiddenStateDataset, batch_loader, epoch_batches
+from drafting.ml.packing import Pack, PackingReport, epoch_packs, packing_report
+from drafting.ml.train_data import EpochPlan, HiddenStateDataset, batch_loader, epoch_batches
 from drafting.ml.train_state import RunPosition
 from drafting.ml.trainer import StopRequested, Trainer
 
@@ -52,6 +53,33 @@ class LoopPlan:
     total_steps: int
     # depths the acceptance-length estimate is reported at (est_accept_len_d{d}), the selection's among them
     accept_depths: tuple[int, ...] = ACCEPT_DEPTHS
+    # sequence packing: rows of up to this many tokens, several samples each (None: one sample per row)
+    pack_len: int | None = None
+
+    def unpacked_batches(self, epoch: int, rank: int, world: int) -> list[list[int]]:
+        """This rank's batches of an epoch, one sample per row."""
+        return epoch_batches(
+            self.train_rows,
+            self.seq_lens,
+            batch_size=self.batch_size,
+            epoch=epoch,
+            seed=self.seed,
+            rank=rank,
+            world=world,
+        )
+
+    def packed_batches(self, epoch: int, rank: int, world: int, row_len: int) -> list[list[Pack]]:
+        """This rank's batches of an epoch, `batch_size` packed rows each."""
+        return epoch_packs(
+            self.train_rows,
+            self.seq_lens,
+            rows_per_batch=self.batch_size,
+            row_len=row_len,
+            epoch=epoch,
+            seed=self.seed,
+            rank=rank,
+            world=world,
+        )
 
 
 @dataclass
@@ -87,10 +115,11 @@ def run_training(
     """Train from `position` to the end (or max_steps); returns per-epoch summaries of this call."""
     summaries = []
     while position.epoch < plan.epochs:
-        finished_epoch, epoch_stats = _train_epoch(trainer, plan, position, reporter, save_state)
+        batches, packing = _plan_epoch(trainer, plan, position, reporter)
+        finished_epoch, epoch_stats = _train_epoch(trainer, plan, batches, position, reporter, save_state)
         if not finished_epoch:
             break
-        summary = _end_of_epoch(trainer, plan, position, reporter, epoch_stats)
+        summary = {**_end_of_epoch(trainer, plan, position, reporter, epoch_stats), **packing}
         save_epoch(position.epoch, summary)
         position.epoch, position.batch_in_epoch = position.epoch + 1, 0
         save_state(position)
@@ -98,21 +127,53 @@ def run_training(
     return summaries
 
 
-def _train_epoch(
-    trainer: Trainer, plan: LoopPlan, position: RunPosition, reporter: Reporter, save_state: Checkpointer
-) -> tuple[bool, torch.Tensor | None]:
-    """Train the rest of the current epoch: (whether it finished, this rank's summed step stats). An early
-    stop (max_steps, cancel: StopRequested) saves the state first."""
-    ranks = trainer.ranks
-    batches = epoch_batches(
-        plan.train_rows,
+def _plan_epoch(
+    trainer: Trainer, plan: LoopPlan, position: RunPosition, reporter: Reporter
+) -> tuple[EpochPlan, dict[str, float]]:
+    """This rank's batches of the epoch, and with packing how they pack (for the epoch's summary)."""
+    rank, world = trainer.ranks.rank, trainer.ranks.world
+    if plan.pack_len is None:
+        return plan.unpacked_batches(position.epoch, rank, world), {}
+    packed = plan.packed_batches(position.epoch, rank, world, plan.pack_len)
+    report = packing_report(
+        packed,
+        plan.unpacked_batches(position.epoch, rank, world),
         plan.seq_lens,
-        batch_size=plan.batch_size,
-        epoch=position.epoch,
-        seed=plan.seed,
-        rank=ranks.rank,
-        world=ranks.world,
+        row_len=plan.pack_len,
+        pad_multiple=plan.pad_multiple,
     )
+    return packed, _report_packing(trainer, plan, report, position, reporter)
+
+
+def _report_packing(
+    trainer: Trainer, plan: LoopPlan, report: PackingReport, position: RunPosition, reporter: Reporter
+) -> dict[str, float]:
+    """This rank's report summed over the ranks, as metrics and a log line; returns the metrics."""
+    counts = [float(n) for n in astuple(report)]
+    totals = sum_across(trainer.ranks, torch.tensor(counts, dtype=torch.float64, device=trainer.device))
+    report = PackingReport(*(round(n) for n in totals.tolist()))
+    metrics = report.metrics()
+    for name, value in metrics.items():
+        reporter.metric(name, value, position.global_step)
+    reporter.log(
+        f"epoch {position.epoch + 1}: {report.samples} samples packed into {report.rows} rows of up to "
+        f"{plan.pack_len} tokens; padding {report.padding_fraction:.1%} of positions "
+        f"(unpacked batches: {report.unpacked_padding_fraction:.1%})"
+    )
+    return metrics
+
+
+def _train_epoch(
+    trainer: Trainer,
+    plan: LoopPlan,
+    batches: EpochPlan,
+    position: RunPosition,
+    reporter: Reporter,
+    save_state: Checkpointer,
+) -> tuple[bool, torch.Tensor | None]:
+    """Train the rest of the current epoch (`batches`: all of its batches for this rank): (whether it
+    finished, this rank's summed step stats). An early stop (max_steps, cancel: StopRequested) saves the
+    state first."""
     loader = batch_loader(
         plan.dataset,
         batches[position.batch_in_epoch :],

@@ -22,6 +22,7 @@ from drafting.ml._attention import AttentionBackend
 from drafting.ml.distributed import Ranks, max_across, sum_across
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import Targets, ttt_objective
+from drafting.ml.packing import RowLayout
 from drafting.ml.target_head import TargetHead
 from drafting.ml.train_data import Batch
 
@@ -121,10 +122,12 @@ class _Unrolled(nn.Module):
         argmax: torch.Tensor,
         in_draft: torch.Tensor,
         loss_mask: torch.Tensor,
+        layout: RowLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         unroll = self._compiled if self._compiled is not None else self.drafter
-        outputs = unroll(drafter_ids, aux, self.ttt_steps, self.attention)
-        targets = Targets(probs, argmax, in_draft, loss_mask)
+        outputs = unroll(drafter_ids, aux, self.ttt_steps, self.attention, layout)
+        tokens_after = layout.tokens_after if layout is not None else None
+        targets = Targets(probs, argmax, in_draft, loss_mask, tokens_after)
         loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
         return loss, stats.stacked()
 
@@ -176,7 +179,8 @@ class Trainer:
         probs, argmax = self.head.distribution(batch.hidden[:, :, 3], self.draft_ids)
         drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
         with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
-            loss, stats = model(drafter_ids, aux, probs, argmax, self.in_draft_vocab[argmax], batch.loss_mask)
+            in_draft = self.in_draft_vocab[argmax]
+            loss, stats = model(drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout)
         return loss, stats
 
     def step(

@@ -27,8 +27,9 @@ from drafting.ml.train_data import (
     Extraction,
     ExtractionMismatch,
     HiddenStateDataset,
-    epoch_batches,
+    epoch_plan,
     open_extraction,
+    run_steps,
     split_indices,
 )
 from drafting.ml.train_loop import LoopPlan, run_training
@@ -133,6 +134,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         "extraction": extraction.manifest["fingerprint"],
         **{name: getattr(params, name) for name in _RUN_DEFINING},
         "ranks": ranks.world,
+        **({"pack": True} if params.pack else {}),  # absent when off: states saved before `pack` still resume
     }
     state = _previous_run(params, inputs.output, fingerprint)
     drafter = _build_drafter(params, inputs, extraction, head, state)
@@ -245,7 +247,8 @@ def _previous_run(params: TrainParams, output: Path, fingerprint: dict[str, Any]
             )
         return None
     if state["fingerprint"] != fingerprint:
-        changed = sorted(k for k in fingerprint if state["fingerprint"].get(k) != fingerprint[k])
+        saved = state["fingerprint"]
+        changed = sorted(k for k in fingerprint.keys() | saved.keys() if saved.get(k) != fingerprint.get(k))
         raise StageError(
             f"{output} holds a run with other settings ({', '.join(changed)}): it cannot continue exactly; "
             "choose a new output",
@@ -302,15 +305,11 @@ def _loop_plan(
     val_rows: list[int],
     ranks: Ranks,
 ) -> LoopPlan:
-    batches = epoch_batches(
-        train_rows,
-        extraction.seq_lens,
-        batch_size=params.batch_size,
-        epoch=0,
-        seed=params.seed,
-        rank=ranks.rank,
-        world=ranks.world,
-    )
+    pack_len = params.max_len if params.pack else None
+    batching = {
+        "batch_size": params.batch_size, "seed": params.seed, "rank": ranks.rank, "world": ranks.world,
+    }  # fmt: skip
+    batches = epoch_plan(train_rows, extraction.seq_lens, epoch=0, pack_len=pack_len, **batching)
     if not batches:
         raise StageError(
             f"{len(train_rows)} training samples make no full batch of {params.batch_size} for each of "
@@ -330,8 +329,9 @@ def _loop_plan(
         state_every_s=params.state_every_s,
         loader_workers=params.loader_workers,
         pad_multiple=CUDA_PAD_MULTIPLE if inputs.device.type == "cuda" else 1,
-        total_steps=params.epochs * len(batches),
+        total_steps=run_steps(params.epochs, train_rows, extraction.seq_lens, pack_len=pack_len, **batching),
         accept_depths=tuple(sorted({*ACCEPT_DEPTHS, params.choice_depth})),
+        pack_len=pack_len,
     )
 
 

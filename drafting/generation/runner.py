@@ -60,6 +60,7 @@ class RunSettings:
     seed: int
     concurrency: int
     timeout_s: float
+    drop_truncated: bool = False  # a record with an answer that hit max_new_tokens is dropped, not written
 
 
 def turn_seed(base: int, key: str, turn: int) -> int:
@@ -229,6 +230,10 @@ class Generation:
                 return self._dropped(conversation, "aborted", f"finish reason {answer.finish}")
             if not answer.text.strip():
                 return self._dropped(conversation, "empty_answer", f"turn {len(finishes) + 1}: no text")
+            if answer.finish == "length" and self.settings.drop_truncated:
+                limit, tail = self.settings.answer.max_new_tokens, answer.text[-60:]
+                why = f"turn {len(finishes) + 1}: the answer hit max_new_tokens ({limit}): {tail!r}"
+                return self._dropped(conversation, "answer_truncated", why)
             messages.append({"role": "assistant", "content": answer.text})
             finishes.append(answer.finish)
             tokens.append(answer.completion_tokens)

@@ -139,6 +139,7 @@ def _settings(params: GenerateParams, url: str) -> RunSettings:
         seed=params.seed,
         concurrency=params.concurrency,
         timeout_s=params.request_timeout_s,
+        drop_truncated=params.truncated_answers == "drop",
     )
 
 

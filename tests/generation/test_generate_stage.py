@@ -219,6 +219,30 @@ def test_a_killed_job_resumes_with_only_the_missing_records(chatty: Path, tmp_pa
         }
 
 
+def test_truncated_answers_are_kept_and_counted_or_dropped_with_their_reason(
+    chatty: Path, tmp_path: Path
+) -> None:
+    """Seeds are per record and turn, so both runs sample the same answers: what one run counts truncated
+    is exactly what the other drops."""
+    prompts = write_prompts(tmp_path / "p.jsonl", [{"id": f"q{i}", "text": f"w{i}"} for i in range(20)])
+    values = {"prompts": str(prompts), "temperature": 1.0, "max_new_tokens": 3, "multi_turn": False}
+    kept_out, dropped_out = tmp_path / "kept.jsonl", tmp_path / "dropped.jsonl"
+    kept = generate.run(RecordingContext(work_dir=tmp_path), generate_params(chatty, kept_out, **values))
+    dropped = generate.run(
+        RecordingContext(work_dir=tmp_path),
+        generate_params(chatty, dropped_out, truncated_answers="drop", **values),
+    )
+    truncated_ids = {r["id"] for r in output_records(kept_out) if r["generation"]["truncated"]}
+    assert kept["records"]["written"] == 20
+    assert 0 < kept["records"]["truncated"] == len(truncated_ids) < 20, "a mix, or the test proves nothing"
+    assert dropped["dropped"] == {"answer_truncated": len(truncated_ids)}
+    assert "hit max_new_tokens (3)" in dropped["drop_examples"]["answer_truncated"]["detail"]
+    written = output_records(dropped_out)
+    assert {r["id"] for r in written} == {r["id"] for r in output_records(kept_out)} - truncated_ids
+    assert dropped["records"]["truncated"] == 0
+    assert all(r["generation"]["finish"] == ["stop"] for r in written)
+
+
 def _kill_servers(server_events: list[dict[str, object]]) -> None:
     """End the servers these events name, by their process group (a server runs in its own): the one a
     SIGKILLed stage could not stop, or one the test kills under a running stage."""

@@ -351,6 +351,9 @@ class SweepSmoke:
     options: SmokeOptions
     prompts: list[list[int]] = field(default_factory=list)
     baseline: list[list[int]] | None = None
+    # one target for every config's judging, loaded on the first divergence: an 8B target in float32 is
+    # ~32 GB and a minute to load, once per sweep rather than once per config
+    scorer: TargetScorer | None = None
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -366,11 +369,17 @@ class SweepSmoke:
             ctx.log(f"smoke: baseline answered {len(answers)} greedy request(s)")
             return
         if report is None:
-            scorer = TargetScorer(self.model, device=self.options.scorer_device)
+            if self.scorer is None:
+                self.scorer = TargetScorer(self.model, device=self.options.scorer_device)
             report = judge(
-                answers, self.prompts, self.baseline, scorer, self.options, engine=server.rendered.engine
+                answers, self.prompts, self.baseline, self.scorer, self.options, engine=server.rendered.engine
             )
         ctx.sink.emit({"type": "smoke", "depth": depth, "config": config, **report.as_dict()})
         name = "baseline" if depth is None else (f"config {config}" if config else f"depth {depth}")
         ctx.log(f"smoke ({name}): {report.verdict}: {report.message}")
         report.raise_unless_ok()
+
+    def release(self) -> None:
+        """Drop the loaded target (its float32 copy can be tens of GB of host memory)."""
+        if self.scorer is not None:
+            self.scorer.release()

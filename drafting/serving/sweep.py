@@ -84,7 +84,7 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
         exc.details.setdefault("rows_measured", [config_row(rounds) for rounds in sweep.measured])
         raise
     finally:
-        sweep.judge.release()
+        sweep.release()
     baseline_runs = [run for rounds in measured for run in rounds.baseline]
     unique_baseline = list({id(run): run for run in baseline_runs}.values())
     rows = [baseline_row(unique_baseline), *(config_row(rounds) for rounds in measured)]
@@ -139,6 +139,11 @@ class _Sweep:
         self.smoke = _smoke(params)
         self.judge = SweepJudge(self.launch.model, PromptIds(prompts, params.send_as, self.launch.model))
         self.measured: list[ConfigRounds] = []  # configs done so far, refused ones included
+
+    def release(self) -> None:
+        self.judge.release()
+        if self.smoke is not None:
+            self.smoke.release()
 
     def interleaved(self, configs: Sequence[SpecConfig], *, free_before: float | None) -> list[ConfigRounds]:
         layout, measured = self.layout, []

@@ -163,8 +163,13 @@ def test_a_pipeline_is_watched_on_one_page_and_cancelled(dashboard: Dashboard, s
 
 
 def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard, settings: Settings) -> None:
+    train = {"epochs": [{"epoch": 1.0, "val/est_accept_len_d5": 3.4}], "best": None, "selected": "/r/epoch_1"}
+    evaluated = {
+        "depths": [{"depth": 5, "accept_length_meta": 3.0}, {"depth": 10, "accept_length_meta": 3.5}]
+    }
+    results = {"train": train, "eval": evaluated}
     steps = [
-        (kind, "succeeded", {"progress": 1.0})
+        (kind, "succeeded", {"progress": 1.0, "result": results.get(kind)})
         for kind in ("extract", "train", "fix_keys", "gpu_check", "eval")
     ]
     pipeline, _ = data.make_pipeline(
@@ -173,6 +178,11 @@ def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard,
     page = dashboard.page
     dashboard.open(f"#/pipelines/{pipeline}")
     expect(page.locator("#benchmark-table tbody tr")).to_have_count(5)
+    # acceptance by depth: training's estimate, eval's, the served chain's (5,1,6 → 3.1; 10,1,11 → 3.6)
+    rows = page.locator("#acceptance tbody tr")
+    expect(rows).to_have_count(3)  # depths 5, 10 and 16 (served only)
+    assert rows.nth(0).locator("td").all_inner_texts() == ["5", "3.4", "3", "3.1", "+9.7 %", "-3.2 %"]
+    assert rows.nth(1).locator("td").all_inner_texts() == ["10", "—", "3.5", "3.6", "—", "-2.8 %"]
     expect(page.locator(".job-head .page-head .badge").first).to_have_text("succeeded")
     assert page.get_by_role("button", name="Cancel").count() == 0
     assert dashboard.errors == []

@@ -5,8 +5,8 @@
 import { getOptional, postJson } from "../api.js";
 import { BenchmarkView } from "../benchmark.js";
 import {
-  ago, between, duration, h, jobLink, jobProgress, link, notice, reasonText, replace, section, shortId, stateBadge, table,
-  timeTitle,
+  ago, between, duration, h, jobLink, jobProgress, link, notice, num, reasonText, replace, section, shortId, stateBadge,
+  table, timeTitle,
 } from "../dom.js";
 import { poll } from "../live.js";
 import { LogView } from "../logview.js";
@@ -85,6 +85,26 @@ function actions(pipeline, refresh) {
   ];
 }
 
+// Acceptance by depth, three ways: training's estimate, eval's torch figure, the serving engine's own; the
+// predictions' errors are against the served figure (the API's `acceptance`, app/pipelines/acceptance.py).
+const percent = (value) => (value === null || value === undefined ? "—" : `${value > 0 ? "+" : ""}${num(100 * value, 1)} %`);
+
+function acceptanceTable(acceptance) {
+  if (!acceptance?.by_depth?.length) return null;
+  const served = acceptance.engine ? `served (${acceptance.engine})` : "served";
+  return h("div", { class: "panel", id: "acceptance" },
+    h("h2", { class: "panel-title" }, "Acceptance length by depth"),
+    table(["depth", "train estimate", "eval", served, "train error", "eval error"],
+      acceptance.by_depth.map((row) => h("tr", null,
+        h("td", { class: "mono" }, String(row.depth)),
+        h("td", null, num(row.train_estimate, 2)),
+        h("td", null, num(row.eval, 2)),
+        h("td", null, num(row.served, 2)),
+        h("td", null, percent(row.train_error)),
+        h("td", { class: acceptance.eval_within_tolerance === false && Math.abs(row.eval_error ?? 0) > acceptance.eval_tolerance ? "bad" : null },
+          percent(row.eval_error))))));
+}
+
 export function mountOne(root, { id }) {
   const head = h("div", { class: "job-head" }, h("p", { class: "muted" }, "Loading pipeline…"));
   const plots = h("div");
@@ -129,7 +149,8 @@ export function mountOne(root, { id }) {
         h("span", { class: "head-actions" }, actions(data, refresh))),
       steps(jobs),
       failed ? notice(`${data.failed_step} ${failed.state}: ${failed.message || failed.termination_reason || ""}`, "error") : null,
-      jobsTable(jobs));
+      jobsTable(jobs),
+      acceptanceTable(data.acceptance));
     return watch(jobs);
   }
 

@@ -130,17 +130,6 @@ def test_stored_states_are_the_targets_hidden_states(target: Path, data: Path, t
         assert not torch.allclose(last, reference[-1][0], atol=1e-3)
 
 
-def test_speculators_trainer_reads_the_output(target: Path, data: Path, tmp_path: Path) -> None:
-    from speculators.train.data import ArrowDataset
-
-    output = tmp_path / "out"
-    _run(_params(target, data, output, dtype="bfloat16"))
-    dataset = ArrowDataset(max_len=64, datapath=output, on_missing="raise")
-    item = dataset[2]
-    assert item["hidden_states"].shape == (item["input_ids"].shape[0], 3 * 32)
-    assert item["verifier_last_hidden_states"].dtype == torch.bfloat16
-
-
 def _stamps(output: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (output / "hidden_states").iterdir()}
 

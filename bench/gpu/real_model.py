@@ -9,7 +9,10 @@ and when the first command's processes did not survive, starts `eyas up` again a
 its failed step (succeeded steps are reused: the product's own retry). Both write the API report.
 
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
+        [--epochs N] [--truncated-answers keep|drop]
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
+    python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
+                                                        # output, with the pipeline's answer settings
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ MTBENCH_TOKENS = 192
 ANSWER_TOKENS = 384
 
 
-def pipeline_spec(work: Path, mtbench: Path, conversations: int, epochs: int) -> dict[str, Any]:
+def pipeline_spec(
+    work: Path, mtbench: Path, conversations: int, epochs: int, truncated: str = "keep"
+) -> dict[str, Any]:
     engine = {"engine": "sglang", "mem_fraction_static": 0.6, "extra_args": SGLANG_ARGS}
     return {
         "template": "eagle3",
@@ -54,6 +59,7 @@ def pipeline_spec(work: Path, mtbench: Path, conversations: int, epochs: int) ->
             "self_prompts": {"count": conversations, "temperature": 1.0, "max_new_tokens": 160},
             "temperature": 0.0,
             "max_new_tokens": ANSWER_TOKENS,
+            "truncated_answers": truncated,
             "concurrency": 256,
             "multi_turn": False,
             "engine": engine,
@@ -99,7 +105,7 @@ def start(args: argparse.Namespace) -> None:
     http = _client(work)
     mtbench = work / "mtbench.jsonl"  # inside the host's allowed root
     mtbench.write_bytes(args.mtbench.read_bytes())
-    spec = pipeline_spec(work, mtbench, args.conversations, args.epochs)
+    spec = pipeline_spec(work, mtbench, args.conversations, args.epochs, args.truncated_answers)
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
@@ -120,6 +126,18 @@ def wait(args: argparse.Namespace) -> None:
         print(f"retrying from {pipeline['failed_step']}", flush=True)
         http.post(f"/v1/pipelines/{pipeline_id}/retry").raise_for_status()
     follow(http, pipeline_id, out, began, args.deadline_s)
+
+
+def direct(args: argparse.Namespace) -> None:
+    """eyas's generate client against SGLang driven directly, on the prompts the pipeline generated from
+    (its output's user turns), with its answer budget and concurrency (the server must be free: run it
+    after the pipeline, or before it starts its next GPU step)."""
+    work = args.work.resolve()
+    conversations = next((work / "runs").glob("*/conversations.jsonl"))
+    command = [sys.executable, str(ROOT / "bench" / "gpu" / "generate_direct.py"), str(work / "smollm2")]
+    command += [str(conversations), str(args.out), "--records", "1024", "--concurrency", "256"]
+    command += ["--max-new-tokens", str(ANSWER_TOKENS)]
+    subprocess.run(command, check=True, cwd=ROOT)
 
 
 def _eyas_up(work: Path, out: Path) -> None:
@@ -156,7 +174,7 @@ def _client(work: Path) -> httpx.Client:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("phase", choices=["start", "wait"])
+    parser.add_argument("phase", choices=["start", "wait", "direct"])
     parser.add_argument("work", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--gguf", type=Path)
@@ -164,8 +182,9 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=6000)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--deadline-s", type=float, default=540)
+    parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")
     args = parser.parse_args()
-    start(args) if args.phase == "start" else wait(args)
+    {"start": start, "wait": wait, "direct": direct}[args.phase](args)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,11 @@ and the result says `interleaved: false` and why.
 After a config's rounds, its greedy outputs are judged against the baseline's (SweepJudge: a divergence is
 scored by the target on the CPU, while the servers hold the GPUs; `numerics` in the result says how).
 
-A config whose server fails its smoke test is refused (a `rejected` row with the smoke report) and the sweep
-goes on with the next one: one bad config must not throw away the others' measurements (on the H200 a tree
-config's smoke failure after three measured chain configs lost all of them). The gate then fails, naming it.
+A config whose outputs fail its smoke test (a real loss against the baseline's) is refused (a `rejected` row
+with the smoke report) and the sweep goes on with the next one: one bad config must not throw away the
+others' measurements (on the H200 a tree config's smoke failure after three measured chain configs lost all
+of them). The gate then fails, naming it. A smoke failure that would repeat at every config (acceptance ~1,
+a server that dies) still ends the sweep at once.
 A failure that ends the sweep early still leaves the configs measured so far in the error's
 `rows_measured`.
 """
@@ -285,12 +287,15 @@ class _Sweep:
             yield Measured(server, self._warm(server, load_options(self.params)))
 
     def _smoke_check(self, server: LiveServer, config: SpecConfig | None) -> None:
-        """The baseline's failure ends the sweep (nothing to compare with); a config's refuses that config."""
+        """A config whose outputs diverge beyond a near-tie is refused and the sweep goes on (a lossy verify
+        can be one config's: a tree's, say). Any other failure ends the sweep: the baseline's (nothing to
+        compare with), or one that would repeat at every config (acceptance ~1: the draft's weights were
+        not loaded; a server that dies on the draft)."""
         assert self.smoke is not None
         try:
             self.smoke.check(self.ctx, server, config.steps if config else None, config=_config(config))
         except StageError as exc:
-            if config is None:
+            if config is None or exc.reason is not TerminationReason.RELEASE_GATE_FAILED:
                 raise
             raise ConfigRefused(
                 ConfigRounds(config, rejected=exc.details or {"message": exc.message})

@@ -19,8 +19,10 @@ from typing import Any
 EVAL_TOLERANCE = 0.05  # issue 14: eval's prediction within 5 % of the engine's measured acceptance
 
 
-def acceptance_report(results: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any] | None:
-    """`results`: each step's latest job result (or failure details) by step name."""
+def acceptance_report(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`results`: each step's latest job result (or failure details) by step name; a stored value of any
+    other shape counts as none (a read must never break on a row)."""
+    results = {step: value for step, value in results.items() if isinstance(value, Mapping)}
     train = _train_estimates(results.get("train"))
     evaluated = _eval_figures(results.get("eval"))
     served, engine = _served_figures(results.get("benchmark"))

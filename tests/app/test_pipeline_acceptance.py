@@ -85,3 +85,7 @@ def test_a_failed_sweep_still_gives_what_it_measured_and_never_a_refused_config(
 def test_without_eval_or_sweep_figures_there_is_no_table() -> None:
     assert acceptance_report({"train": train_result(2)}) is None
     assert acceptance_report({"train": None, "eval": {"depths": "oops"}, "benchmark": {"rows": [{}]}}) is None
+    assert (
+        acceptance_report({"train": [1], "eval": "text", "benchmark": {"rows": [None, {"steps": "3"}]}})
+        is None
+    )

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -87,16 +88,7 @@ def disk_bandwidth(folder: Path, total_bytes: int, threads: int) -> float:
             with (folder / f"blob_{i}").open("wb") as handle:
                 handle.write(block)
 
-    started = time.perf_counter()
-    pool = [threading.Thread(target=write, args=(w,)) for w in range(threads)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    os.sync()
-    elapsed = time.perf_counter() - started
-    shutil.rmtree(folder)
-    return files * len(block) / elapsed
+    return files * len(block) / _timed_writers(write, threads, folder)
 
 
 def writer_pattern_disk(folder: Path, file_bytes: int, files: int, threads: int, *, durable: bool) -> float:
@@ -121,6 +113,11 @@ def writer_pattern_disk(folder: Path, file_bytes: int, files: int, threads: int,
                 os.close(fd)
             os.rename(temporary, final)
 
+    return files * file_bytes / _timed_writers(write, threads, folder)
+
+
+def _timed_writers(write: Callable[[int], None], threads: int, folder: Path) -> float:
+    """Seconds for `threads` threads running write(worker) and the sync after them; the folder removed."""
     started = time.perf_counter()
     pool = [threading.Thread(target=write, args=(w,)) for w in range(threads)]
     for thread in pool:
@@ -130,7 +127,7 @@ def writer_pattern_disk(folder: Path, file_bytes: int, files: int, threads: int,
     os.sync()
     elapsed = time.perf_counter() - started
     shutil.rmtree(folder)
-    return files * file_bytes / elapsed
+    return elapsed
 
 
 def engine(

@@ -28,6 +28,7 @@ from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
 from drafting.stages import extract
 from drafting.stages.base import RecordingSink, StageContext
+from tests.ml.speculators_offline import offline_loaders
 from tests.ml.tiny import chat, random_target, write_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
@@ -103,9 +104,6 @@ def test_speculators_loaders_hold_out_eyas_validation_rows_and_pack_what_eyas_wr
 ) -> None:
     """The view's split is eyas's `split_indices`; each packed batch is one row of total_seq_len tokens whose
     documents are eyas's samples, shifted by one (speculators' loss mask is the *input* token's)."""
-    from speculators.models.eagle3.data import shift_batch
-    from speculators.train.dataloader import create_train_val_loaders
-
     target, hs = made
     view = driver.make_view(hs, tmp_path / "view", val_fraction=0.25, seed=5)
     train_rows, val_rows = split_indices(SAMPLES, 0.25, 5)
@@ -115,23 +113,8 @@ def test_speculators_loaders_hold_out_eyas_validation_rows_and_pack_what_eyas_wr
     assert seq_len >= max(view["lengths"])
     ids, masks = read_dataset_rows(hs)
 
-    train, val = create_train_val_loaders(
-        data_path=str(tmp_path / "view"),
-        total_seq_len=seq_len,
-        hidden_states_dtype=torch.bfloat16,
-        vllm_endpoint="http://unused",
-        on_missing="raise",
-        verifier_name_or_path=str(target),
-        request_timeout=1.0,
-        max_retries=0,
-        generation_validation_retries=0,
-        max_consecutive_generation_failures=1,
-        hidden_size=HIDDEN,
-        num_target_layers=3,
-        num_workers=0,
-        prefetch_factor=1,
-        preprocess=shift_batch,
-        train_data_ratio=view["ratio"],
+    train, val = offline_loaders(
+        tmp_path / "view", target, total_seq_len=seq_len, train_data_ratio=view["ratio"]
     )
     for loader, rows in ((train, train_rows), (val, val_rows)):
         seen: Counter[tuple[int, ...]] = Counter()

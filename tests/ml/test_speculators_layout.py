@@ -41,6 +41,7 @@ from drafting.ml.train_data import HiddenStateDataset, open_extraction
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages import extract
 from drafting.stages.base import RecordingSink, StageContext
+from tests.ml.speculators_offline import offline_loaders
 from tests.ml.tiny import chat, random_target, write_jsonl
 
 HIDDEN = 32  # tests.ml.tiny's target
@@ -172,27 +173,8 @@ def test_speculators_train_loaders_pack_every_sample(target: Path, extraction: P
     """The trainer's own loaders (split, multipack, EAGLE-3 shift, collate) over an eyas extraction."""
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.data import ArrowDataset
-    from speculators.train.dataloader import create_train_val_loaders
 
-    train, val = create_train_val_loaders(
-        data_path=str(extraction),
-        total_seq_len=4 * MAX_LEN,
-        hidden_states_dtype=torch.bfloat16,
-        transfer=None,  # FileTransfer(<data_path>/hidden_states)
-        vllm_endpoint="http://unused",
-        on_missing="raise",
-        verifier_name_or_path=str(target),
-        request_timeout=1.0,
-        max_retries=0,
-        generation_validation_retries=0,
-        max_consecutive_generation_failures=1,
-        hidden_size=HIDDEN,
-        num_target_layers=3,
-        num_workers=0,
-        prefetch_factor=1,
-        preprocess=shift_batch,
-        train_data_ratio=0.75,
-    )
+    train, val = offline_loaders(extraction, target, total_seq_len=4 * MAX_LEN, train_data_ratio=0.75)
     expected: Counter[tuple[int, ...]] = Counter()
     by_ids: dict[tuple[int, ...], dict[str, torch.Tensor]] = {}
     reader = ArrowDataset(max_len=MAX_LEN, datapath=extraction, on_missing="raise")

@@ -49,7 +49,9 @@ class EventPump:
         self._thread = threading.Thread(target=self._read, name=f"events-{job_id}", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Start reading (events wait in the pipe until then). Idempotent."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def child_started(self) -> None:
         """Close our copy of the write end so EOF arrives when the child exits (or now, when none started)."""

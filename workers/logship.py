@@ -43,7 +43,13 @@ class ShipperStats:
 
 class LogShipper:
     def __init__(
-        self, settings: Settings, job_id: uuid.UUID, *, file_path: Path | None, start_seq: int = 0
+        self,
+        settings: Settings,
+        job_id: uuid.UUID,
+        *,
+        file_path: Path | None,
+        start_seq: int = 0,
+        start: bool = True,
     ) -> None:
         self.settings = settings
         self.job_id = job_id
@@ -60,7 +66,13 @@ class LogShipper:
         self._closing = False
         self._file: IO[str] | None = _open_log_file(file_path)
         self._thread = threading.Thread(target=self._ship_loop, name=f"logship-{job_id}", daemon=True)
-        self._thread.start()
+        if start:
+            self._thread.start()
+
+    def start(self) -> None:
+        """Start shipping (a shipper made with start=False; lines wait in memory until then). Idempotent."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def on_line(self, stream: str, text: str) -> None:
         """Called by the process runner's reader threads for every line."""
@@ -84,6 +96,7 @@ class LogShipper:
 
     def close(self, timeout_s: float | None = None) -> None:
         """Ship everything still pending; returns once it is stored (the job is recorded as ended after)."""
+        self.start()
         with self._cond:
             if self._dropped_since_marker:
                 self._append(

@@ -3,9 +3,12 @@ record. The stage process validates the params and checks their host paths befor
 
 The job's process is the worker's spare stage process when one is ready (workers/warm.py: started ahead,
 imports done), else one started for it; the job is `running` once that process has accepted it.
-The claim is committed before any process is handed the job (a stage never starts on a claim a failed
-commit could undo: the re-sent job would run twice), then `running` is recorded once the process accepted
-it. The database session is never held while the stage runs."""
+The claim is one statement that commits by itself (app/core/db.py autocommit_scope) before any process is
+handed the job, so a stage never starts on a claim a failed commit could undo (the re-sent job would run
+twice); `running` is recorded, also in one statement, as soon as the process accepted it. On that path no
+thread is started before `running` is recorded: the job's heartbeat runs from its claim on a kept thread
+(workers/kept_threads.py), its log shipper's and event pump's threads start once it is running (its output
+and events wait in their pipes meanwhile). The database session is never held while the stage runs."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.db import session_factory, session_scope
+from app.core.db import autocommit_scope, session_scope
 from app.jobs import lifecycle
 from app.jobs.lifecycle import ClaimedJob, Outcome
 from app.jobs.states import JobState
@@ -35,9 +38,10 @@ from drafting import proc
 from drafting.hostinfo import gate
 from drafting.hostinfo import gpus as nvml
 from workers.events import EventPump
+from workers.kept_threads import KeptThreads
 from workers.logship import LogShipper
 from workers.stage_process import child_env, outcome_of, stage_job
-from workers.warm import NotAccepted, StageProcesses
+from workers.warm import Accepted, NotAccepted, StageProcesses
 
 logger = logging.getLogger("eyas.runner")
 T = TypeVar("T")
@@ -67,45 +71,16 @@ class Requeued:
 LeaseResult = Leased | Refused | Requeued
 
 
-class _PendingClaim:
-    """The claim's transaction, left open through preflight (GPU lease, gate) and committed before any process
-    is handed the job. `commit` ends it (once); anything else that touches the job's row must wait for it, so
-    every path of the runner commits it before storing anything else."""
-
-    def __init__(self, session: Session | None) -> None:
-        self._session = session
-
-    def commit(self, then: Callable[[Session], object] | None = None) -> None:
-        session, self._session = self._session, None
-        if session is None:
-            return
-        try:
-            if then is not None:
-                then(session)
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
-
-    @property
-    def open(self) -> bool:
-        return self._session is not None
-
-
 @dataclass
 class _Held:
-    """What one run of a job holds: its heartbeat, the claim transaction until committed, its leased GPUs.
-    Released in one place (JobRunner._holding)."""
+    """What one run of a job holds: its heartbeat, its leased GPUs. Released in one place
+    (JobRunner._holding)."""
 
     job: ClaimedJob
     beat: _Heartbeat
-    claim: _PendingClaim
-    start_seq: int
     gpus: list[int] = field(default_factory=list)
-    claim_lost: bool = False  # the claim's commit failed: the job is still queued and not this run's
     phases: list[tuple[str, float]] = field(default_factory=list)
+    waited_for_interpreter: bool = False  # no ready spare took it (workers/warm.py Accepted.waited)
 
     def phase(self, name: str) -> None:
         self.phases.append((name, time.perf_counter()))
@@ -113,11 +88,16 @@ class _Held:
 
 @dataclass
 class _StageIO:
-    """The stage process's log shipper and event pump; `summary` is the last log line, written at close."""
+    """The stage process's log shipper and event pump; `summary` is the last log line, written at close.
+    Their threads start with `start` (lines and events wait in memory and in the pipe until then)."""
 
     shipper: LogShipper
     pump: EventPump
     summary: str | None = None
+
+    def start(self) -> None:
+        self.shipper.start()
+        self.pump.start()
 
 
 class JobRunner:
@@ -130,12 +110,11 @@ class JobRunner:
 
     def run(self, job_id: uuid.UUID) -> None:
         received = time.perf_counter()
-        claimed = self._claim(job_id)
-        if claimed is None:
+        job = self._claim(job_id)
+        if job is None:
             logger.info("job %s is not ours to run (already claimed, cancelled or another host's)", job_id)
             return
-        job, pending, start_seq = claimed
-        with self._holding(job, pending, start_seq) as held:
+        with self._holding(job) as held:
             held.phases.append(("received", received))
             held.phase("claimed")
             try:
@@ -147,70 +126,51 @@ class JobRunner:
                     reason=TerminationReason.STAGE_ERROR,
                     message=traceback.format_exc(limit=5),
                 )
-            held.claim.commit()
-            if held.claim_lost:
-                return  # the broker's message is re-sent from the database (the job is still queued)
             if isinstance(outcome, Requeued):
                 message = outcome.message
                 self._store(job, "requeue", lambda s: lifecycle.requeue(s, job_id=job.id, message=message))
             else:
                 self._record(job, outcome)
 
-    def _claim(self, job_id: uuid.UUID) -> tuple[ClaimedJob, _PendingClaim, int] | None:
-        """Claim the job (one UPDATE … RETURNING, which also gives where its log continues); a job that needs
-        no GPU keeps the transaction open (see _PendingClaim). The pool does not ping a connection used
-        moments ago (app/core/db.py), so a claim that meets a connection the database dropped since is
-        tried once more, on a fresh one."""
+    def _claim(self, job_id: uuid.UUID) -> ClaimedJob | None:
+        """Claim the job: one statement that commits by itself (UPDATE … RETURNING, with its event and first
+        heartbeat; it also gives where the job's log continues). The pool does not ping a connection used
+        moments ago (app/core/db.py), so a claim that meets a connection the database dropped since is tried
+        once more, on a fresh one."""
         for attempt in (1, 2):
-            session = session_factory(self.settings)()
             try:
-                claimed = lifecycle.claim(session, job_id=job_id, host=self.host, worker=self.worker)
-                if claimed is None:
-                    session.commit()
-                    session.close()
-                    return None
+                with autocommit_scope(self.settings) as session:
+                    return lifecycle.claim(session, job_id=job_id, host=self.host, worker=self.worker)
             except DBAPIError as exc:
-                session.rollback()
-                session.close()
                 if attempt == 1 and exc.connection_invalidated:
                     continue
                 raise
-            except BaseException:
-                session.rollback()
-                session.close()
-                raise
-            pending = _PendingClaim(session)
-            if claimed.gpus_requested:
-                pending.commit()  # the GPU lease and gate run in their own transactions
-            return claimed, pending, claimed.log_seq
         raise AssertionError("unreachable")
 
     @contextmanager
-    def _holding(self, job: ClaimedJob, pending: _PendingClaim, start_seq: int) -> Iterator[_Held]:
+    def _holding(self, job: ClaimedJob) -> Iterator[_Held]:
         # The job is heartbeaten from its claim until its end is stored: a reaper may judge it lost only when
         # this worker is gone, never while it prepares, waits for the database or records the outcome.
         beat = _Heartbeat(self.settings, job)
-        held = _Held(job, beat, pending, start_seq)
         beat.start()
         try:
-            yield held
+            yield _Held(job, beat)
         finally:
-            held.claim.commit()  # a no-op unless something failed before the process was spawned
             beat.stop()
 
     @contextmanager
     def _stage_io(self, held: _Held) -> Iterator[_StageIO]:
         job = held.job
         log_file = self.settings.resolved_log_dir() / f"{job.id}.log"
-        shipper = LogShipper(self.settings, job.id, file_path=log_file, start_seq=held.start_seq)
+        shipper = LogShipper(self.settings, job.id, file_path=log_file, start_seq=job.log_seq, start=False)
         io = _StageIO(shipper, EventPump(self.settings, job.id, self.host))
         try:
             shipper.on_line(
                 "stderr", f"[eyas] attempt {job.attempt} of {job.kind} on {self.host} gpus={held.gpus or '-'}"
             )
-            io.pump.start()
             yield io
         finally:
+            io.start()  # a no-op unless the job ended before its process was handed it
             io.pump.join()
             if held.gpus:
                 verdict = gate.check(held.gpus)
@@ -220,13 +180,18 @@ class JobRunner:
                 shipper.on_line("stderr", io.summary)
             shipper.close()
 
-    def _store(self, job: ClaimedJob, what: str, action: Callable[[Session], T]) -> T:
-        """Run `action` in a transaction, retrying while the database is unreachable (a restart): what a job
-        did must not be dropped because the database was away when it happened. Other errors propagate."""
+    def _store(
+        self, job: ClaimedJob, what: str, action: Callable[[Session], T], *, one_statement: bool = False
+    ) -> T:
+        """Run `action` in a transaction (`one_statement`: each of its statements complete on its own and its
+        own transaction, app/core/db.py autocommit_scope), retrying while the database is unreachable (a
+        restart): what a job did must not be dropped because the database was away when it happened. Other
+        errors propagate."""
+        scope = autocommit_scope if one_statement else session_scope
         delay = 0.05
         while True:
             try:
-                with session_scope(self.settings) as session:
+                with scope(self.settings) as session:
                     return action(session)
             except (OperationalError, InterfaceError, PoolTimeout) as exc:
                 if WORKER_STOPPING.event.is_set():
@@ -282,32 +247,29 @@ class JobRunner:
         params_file.write_text(json.dumps(job.params))
         with self._stage_io(held) as io:
             held.phase("prepared")
-            # The claim is stored before any process is handed the job: a stage must never start on a
-            # claim that a failed commit (a database restart, say) undoes, or the re-sent job runs twice.
-            try:
-                held.claim.commit()
-            except Exception as exc:  # noqa: BLE001 - any failure undoes the claim: the job is still queued
-                logger.warning("job %s: its claim could not be stored (%s); it will be re-sent", job.id, exc)
-                held.claim_lost = True
-                return Outcome(state=JobState.FAILED, reason=TerminationReason.STAGE_ERROR, message=str(exc))
             try:
                 taken = self.stages.take(
-                    stage_job(job, params_file, work_dir, held.gpus, self.settings),
-                    io.pump.write_fd,
-                    before_waiting=lambda: None,  # the claim is committed already
+                    stage_job(job, params_file, work_dir, held.gpus, self.settings), io.pump.write_fd
                 )
             except proc.CommandNotFound as exc:
                 return Outcome(
                     state=JobState.FAILED, reason=TerminationReason.PREFLIGHT_FAILED, message=str(exc)
                 )
-            refused = taken.message if isinstance(taken, NotAccepted) else None
+            io.pump.child_started()  # the process holds its copy of the event pipe (or none took the job)
+            refused: str | None = None
+            match taken:
+                case Accepted(process, waited):
+                    held.waited_for_interpreter = waited
+                    self._started(held, process.started)
+                case NotAccepted(_, message):
+                    refused = message
+            io.start()
             result = proc.supervise(
                 taken.process,
                 on_line=io.shipper.on_line,
                 timeout_s=job.timeout_s,
                 cancel=held.beat.cancel,
                 grace_s=self.settings.cancel_grace_s,
-                on_start=(lambda started: self._started(held, started, io.pump)) if refused is None else None,
             )
             io.pump.join()
             stopped = WORKER_STOPPING.reason if held.beat.worker_stopped else None
@@ -328,9 +290,10 @@ class JobRunner:
 
         self._store(job, "its outcome", record)
 
-    def _started(self, held: _Held, started: proc.StartedProcess, pump: EventPump) -> None:
+    def _started(self, held: _Held, started: proc.StartedProcess) -> None:
+        """The job's process accepted it: the job is `running` (one statement), and the next job's spare
+        starts now, off this one's path. Its output waits in its pipes the few milliseconds until read."""
         held.phase("accepted")  # by its stage process (workers/warm.py)
-        pump.child_started()
 
         def mark_running(session: Session) -> None:
             lifecycle.mark_running(
@@ -341,17 +304,24 @@ class JobRunner:
                 create_time=started.create_time,
             )
 
-        self._store(held.job, "its process", mark_running)
+        self._store(held.job, "its process", mark_running, one_statement=True)
         held.phase("running")
-        self.stages.refill()  # the next job's process starts now, off this one's path to `running`
+        self.stages.refill()
         _log_phases(held)
 
 
 def _log_phases(held: _Held) -> None:
+    """DEBUG: each phase's time from the message's arrival, and that arrival from the job's creation (API,
+    broker: this host's clock against the API host's)."""
     if logger.isEnabledFor(logging.DEBUG) and held.phases:
         start = held.phases[0][1]
         steps = " ".join(f"{name}={(at - start) * 1000:.1f}ms" for name, at in held.phases[1:])
-        logger.debug("job %s dispatch: %s", held.job.id, steps)
+        created = held.job.created_at
+        ago = time.time() - (time.perf_counter() - start) - created.timestamp() if created else float("nan")
+        spare = "waited for an interpreter" if held.waited_for_interpreter else "a ready spare"
+        logger.debug(
+            "job %s dispatch: received=%.1fms after created; %s (%s)", held.job.id, ago * 1000, steps, spare
+        )
 
 
 class WorkerStopping:
@@ -370,18 +340,24 @@ class WorkerStopping:
 WORKER_STOPPING = WorkerStopping()
 
 
-class _Heartbeat(threading.Thread):
-    """Beats for the job every heartbeat_s; sets `cancel` at the next beat once a cancel was requested, the
-    job is no longer this worker's (the reaper gave it up), or the worker is stopping."""
+_BEATERS = KeptThreads("eyas-heartbeat")
+
+
+class _Heartbeat:
+    """Beats for the job every heartbeat_s, on a thread of its own (a kept one: starting it does not wait for
+    a new thread to be scheduled); sets `cancel` at the next beat once a cancel was requested, the job is no
+    longer this worker's (the reaper gave it up), or the worker is stopping."""
 
     def __init__(self, settings: Settings, job: ClaimedJob) -> None:
-        super().__init__(name=f"heartbeat-{job.id}", daemon=True)
         self.settings, self.job = settings, job
         self.cancel = threading.Event()
         self._stop = threading.Event()
         self.worker_stopped = False
 
-    def run(self) -> None:
+    def start(self) -> None:
+        _BEATERS.run(self._beat)
+
+    def _beat(self) -> None:
         while not self._stop.wait(self.settings.heartbeat_s):
             if WORKER_STOPPING.event.is_set() and not self.cancel.is_set():
                 self.worker_stopped = True

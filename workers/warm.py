@@ -18,7 +18,6 @@ import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +37,11 @@ SPARES = 3
 
 @dataclass(frozen=True)
 class Accepted:
-    """A stage process that took its job on; `supervise` it (its timeout counts from then)."""
+    """A stage process that took its job on; `supervise` it (its timeout counts from then). `waited`: the job
+    waited for an interpreter's start-up (no spare was ready), which is most of a slow dispatch."""
 
     process: proc.Unsupervised
+    waited: bool
 
 
 @dataclass(frozen=True)
@@ -81,31 +82,25 @@ class StageProcesses:
         self._spawning = 0
         self._closed = False
 
-    def take(
-        self, job: handoff.StageJob, event_fd: int, *, before_waiting: Callable[[], None]
-    ) -> Accepted | NotAccepted:
-        """A process that accepted `job`: a spare if one takes it, else one started now. `before_waiting()`
-        runs first whenever the job must wait for an interpreter's start-up (no spare, or one still
-        importing): the caller's transaction must not stay open through it.
+    def take(self, job: handoff.StageJob, event_fd: int) -> Accepted | NotAccepted:
+        """A process that accepted `job`: a spare if one takes it, else one started now.
 
         A spare serves jobs whose environment is the one it was started with: every job that holds no GPU.
         A GPU job's CUDA_VISIBLE_DEVICES names its leased GPUs, so its process starts with it, for it.
         Raises proc.CommandNotFound when no process can be started at all."""
         while job.env == self._env and (spare := self._pop()) is not None:
             if spare.process.popen.poll() is None:
-                if not handoff.is_ready(spare.sock):
-                    before_waiting()
+                ready = handoff.is_ready(spare.sock)
                 if handoff.send(spare.sock, job, event_fd, timeout_s=ACCEPT_TIMEOUT_S):
                     spare.sock.close()
-                    return Accepted(spare.process)
+                    return Accepted(spare.process, waited=not ready)
             output = spare.give_up()
             if spare.process.popen.returncode != -signal.SIGTERM:  # it ended before we ended it: it failed
                 logger.warning("a spare stage process did not take its job: %s", output)
-        before_waiting()
         fresh = self._start(job.env)
         if handoff.send(fresh.sock, job, event_fd, timeout_s=ACCEPT_TIMEOUT_S):
             fresh.sock.close()
-            return Accepted(fresh.process)
+            return Accepted(fresh.process, waited=True)
         fresh.end()  # its output (why it failed) goes to the job's log
         exit_code = fresh.process.popen.returncode
         return NotAccepted(

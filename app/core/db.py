@@ -93,20 +93,48 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+_factories: dict[tuple[Engine, bool], sessionmaker[Session]] = {}
+
+
 def dispose_engines() -> None:
     for engine in _engines.values():
         engine.dispose()
     _engines.clear()
+    _factories.clear()
 
 
-def session_factory(settings: Settings | None = None) -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(settings), expire_on_commit=False)
+def session_factory(settings: Settings | None = None, *, autocommit: bool = False) -> sessionmaker[Session]:
+    """Sessions on this process's engine (the maker made once per engine); `autocommit`: autocommit_scope."""
+    engine = get_engine(settings)
+    factory = _factories.get((engine, autocommit))
+    if factory is None:
+        bind = engine
+        if autocommit and engine.dialect.name == "postgresql":
+            bind = engine.execution_options(isolation_level="AUTOCOMMIT")  # same pool, per-use setting
+        factory = _factories[(engine, autocommit)] = sessionmaker(bind=bind, expire_on_commit=False)
+    return factory
 
 
 @contextmanager
 def session_scope(settings: Settings | None = None) -> Iterator[Session]:
     """A short transaction: commit on success, roll back on error, always close."""
-    session = session_factory(settings)()
+    with _scope(session_factory(settings)) as session:
+        yield session
+
+
+@contextmanager
+def autocommit_scope(settings: Settings | None = None) -> Iterator[Session]:
+    """For a write that is one statement, complete on its own (the worker's claim, its `running`): on
+    PostgreSQL each statement commits by itself, so there is no BEGIN and no COMMIT round trip, and a row it
+    locks is locked only while the statement runs. Several statements here are several transactions. On
+    SQLite (embedded mode, one machine) it is an ordinary transaction, committed at the end."""
+    with _scope(session_factory(settings, autocommit=True)) as session:
+        yield session
+
+
+@contextmanager
+def _scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    session = factory()
     try:
         yield session
         session.commit()

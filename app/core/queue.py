@@ -8,8 +8,10 @@ from __future__ import annotations
 import logging
 import time
 from enum import StrEnum
+from typing import Any
 
 from celery import Celery
+from kombu.transport import redis as kombu_redis
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -64,7 +66,31 @@ def client(settings: Settings | None = None) -> Celery:
     app = _clients.get(key)
     if app is None:
         app = _clients[key] = make_celery(settings, name="eyas-client")
+        if key[0].split("://", 1)[0] in ("redis", "rediss"):
+            app.conf.broker_transport = f"{__name__}:RedisTransport"
     return app
+
+
+class _RedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel, sending with one Redis client it keeps: kombu makes a new `redis.Redis` for
+    every message it sends (~0.2 ms of building its response callbacks, on the path from a job's commit to
+    its worker). The client shares the channel's connection pool, as kombu's own do; a channel is used by one
+    producer at a time (Celery's producer pool), and a Redis client is safe across threads anyway."""
+
+    _sender: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        if self._sender is None:
+            self._sender = super()._create_client()
+        return self._sender
+
+
+class RedisTransport(kombu_redis.Transport):
+    """The Redis transport of the API's sending app (`client`): kombu's, with _RedisChannel."""
+
+    Channel = _RedisChannel
 
 
 _BREAKER_OPEN_S = 5.0

@@ -36,11 +36,12 @@ class ClaimedJob:
     attempt: int
     worker: str
     log_seq: int = 0  # the highest log line stored for the job: where this attempt's lines continue
+    created_at: datetime | None = None
 
 
 def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> ClaimedJob | None:
-    """queued → starting, atomically and in one round trip (repository.claim); None when the job is not ours
-    to run (duplicate, cancelled…). The claim's event is written with the session's next flush."""
+    """queued → starting, with its event, atomically and in one statement (repository.claim); None when the
+    job is not ours to run (duplicate, cancelled…)."""
     row = repository.claim(session, job_id, host=host, worker=worker)
     if row is None:
         return None
@@ -54,6 +55,7 @@ def claim(session: Session, *, job_id: uuid.UUID, host: str, worker: str) -> Cla
         attempt=row.attempt,
         worker=worker,
         log_seq=row.log_seq,
+        created_at=row.created_at,
     )
 
 
@@ -84,8 +86,9 @@ def requeue(session: Session, *, job_id: uuid.UUID, message: str) -> None:
 def mark_running(
     session: Session, *, job_id: uuid.UUID, pid: int, pgid: int, create_time: float | None
 ) -> bool:
-    """starting → running with the job's process, in one UPDATE; a job no longer starting (a cancel came
-    first) gets its process recorded only, so the orphan sweep still finds it. False if there is no job."""
+    """starting → running with the job's process and its event, in one statement (repository.apply_move); a
+    job no longer starting (a cancel came first) gets its process recorded only, so the orphan sweep still
+    finds it. False if there is no job."""
     process = {"pid": pid, "pgid": pgid, "proc_create_time": create_time, "proc_reaped": False}
     if repository.apply_move(session, plan(job_id, JobState.STARTING, JobState.RUNNING, extra=process)):
         return True

@@ -7,7 +7,22 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, false, func, not_, or_, select, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    false,
+    func,
+    insert,
+    literal,
+    not_,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from app.jobs.states import ACTIVE, JobState, Move, plan
@@ -161,45 +176,113 @@ class ClaimRow(NamedTuple):
     timeout_s: float | None
     attempt: int
     log_seq: int
+    created_at: datetime
 
 
 def claim(session: Session, job_id: uuid.UUID, *, host: str, worker: str) -> ClaimRow | None:
-    """queued → starting in one statement: `UPDATE job … WHERE id = :id AND state = 'queued' AND host = :host
-    RETURNING …`, with the first heartbeat (database clock); None when it matched nothing (a duplicate
+    """queued → starting, with the first heartbeat (database clock), in one statement on PostgreSQL (see
+    _move: no read first, the event in the same statement); None when it matched nothing (a duplicate
     delivery, a cancelled job, another host's). A second claimer racing this one waits on the row lock, then
-    finds the job no longer queued. The event row is added to the session and goes out with the next flush
-    (the commit, or with `running`'s in one INSERT on the fast path)."""
+    finds the job no longer queued."""
     move = plan(
         job_id,
         JobState.QUEUED,
         JobState.STARTING,
         extra={"worker": worker, "attempt": Job.attempt + 1, "heartbeat_at": _db_now(session)},
     )
-    row = session.execute(
-        update(Job)
-        .where(*move.where, Job.host == host)
-        .values(**move.values)
-        .returning(Job.kind, Job.params, Job.gpus_requested, Job.timeout_s, Job.attempt, Job.log_seq),
-        execution_options={"synchronize_session": "fetch", "autoflush": False},
-    ).one_or_none()
-    if row is None:
-        return None
-    session.add(move.event())
-    return ClaimRow(*row)
+    row = _move(session, move, _CLAIMED, host=host)
+    return ClaimRow._make(row) if row is not None else None
+
+
+_CLAIMED = ("kind", "params", "gpus_requested", "timeout_s", "attempt", "log_seq", "created_at")
 
 
 def apply_move(session: Session, move: Move) -> bool:
-    """Apply a planned move to a job that is not loaded; False when the job is no longer in move.current.
-    Pending rows are not flushed first (they are job events, which this UPDATE does not read), so the
-    events of a claim and of its `running` go out in one INSERT."""
-    result = session.execute(
-        update(Job).where(*move.where).values(**move.values),
-        execution_options={"synchronize_session": "fetch", "autoflush": False},
+    """Apply a planned move to a job that is not loaded, with its event; False when the job is no longer in
+    move.current."""
+    return _move(session, move, ("id",)) is not None
+
+
+def _move(session: Session, move: Move, returning: tuple[str, ...], **where: Any) -> Row[Any] | None:
+    """`UPDATE job … WHERE <move.where> AND <column = value for where> RETURNING <returning>` and the move's
+    event. On PostgreSQL one statement, the event inserted from what the UPDATE returned (`WITH moved AS
+    (UPDATE …), event AS (INSERT … SELECT … FROM moved) SELECT … FROM moved`): one round trip, atomic even
+    outside a transaction (autocommit_scope), and no event when nothing moved; the statement is built once
+    per shape of move (_move_statement). On SQLite (no DML in WITH) the event is added to the session and
+    goes out with its next flush; pending rows are not flushed first (job events, which the UPDATE does not
+    read)."""
+    table = Job.__table__.c
+    if session.get_bind().dialect.name != "postgresql":
+        matches = [table[name] == value for name, value in where.items()]
+        changed = update(Job).where(*move.where, *matches).values(**move.values)
+        options = {"synchronize_session": "fetch", "autoflush": False}
+        row = session.execute(changed.returning(*(table[c] for c in returning)), execution_options=options)
+        found = row.one_or_none()
+        if found is not None:
+            session.add(move.event())
+        return found
+    values = {key: value for key, value in move.values.items() if not isinstance(value, ClauseElement)}
+    query = _move_statement(_shape(move), returning, tuple(where))
+    params = {f"set_{key}": value for key, value in values.items()}
+    params |= {f"where_{name}": value for name, value in where.items()}
+    params |= {"job_id": move.job_id, "event_reason": move.reason, "event_message": move.message}
+    params["event_at"] = values["updated_at"]
+    return session.connection().execute(query, params).one_or_none()
+
+
+_MoveShape = tuple[JobState, JobState, tuple[tuple[str, Any], ...]]
+_statements: dict[tuple[_MoveShape, tuple[str, ...], tuple[str, ...]], Select[Any]] = {}
+_expressions: dict[Any, ClauseElement] = {}
+
+
+def _shape(move: Move) -> _MoveShape:
+    """What a move's statement depends on: its states and the values it sets, Python values as parameters,
+    SQL expressions (`attempt + 1`, the database's clock) by their structure and their bound values."""
+    columns: list[tuple[str, Any]] = []
+    for key, value in move.values.items():
+        if not isinstance(value, ClauseElement):
+            columns.append((key, None))
+            continue
+        cache_key = value._generate_cache_key()
+        assert cache_key is not None, f"{key}: an expression SQLAlchemy cannot cache"
+        identity = (cache_key.key, tuple(b.effective_value for b in cache_key.bindparams))
+        _expressions.setdefault(identity, value)
+        columns.append((key, identity))
+    return move.current, move.target, tuple(columns)
+
+
+def _move_statement(shape: _MoveShape, returning: tuple[str, ...], where: tuple[str, ...]) -> Select[Any]:
+    statement = _statements.get((shape, returning, where))
+    if statement is not None:
+        return statement
+    current, target, columns = shape
+    table, events = Job.__table__.c, JobEvent.__table__.c
+    values = {
+        key: bindparam(f"set_{key}", type_=table[key].type) if identity is None else _expressions[identity]
+        for key, identity in columns
+    }
+    moved = (
+        update(Job)
+        .where(table.id == bindparam("job_id", type_=table.id.type), table.state == current.value)
+        .where(*(table[name] == bindparam(f"where_{name}", type_=table[name].type) for name in where))
+        .values(**values)
+        .returning(*(table[c] for c in returning))
+        .cte("moved")
     )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        return False
-    session.add(move.event())
-    return True
+    event = insert(JobEvent).from_select(
+        ["job_id", "from_state", "to_state", "reason", "message", "at"],
+        select(
+            bindparam("job_id", type_=events.job_id.type),
+            literal(current.value, events.from_state.type),
+            literal(target.value, events.to_state.type),
+            bindparam("event_reason", type_=events.reason.type),  # not a job column's name: SQLAlchemy
+            bindparam("event_message", type_=events.message.type),  # would add it to the UPDATE's SET
+            bindparam("event_at", type_=events.at.type),
+        ).select_from(moved),
+    )
+    statement = select(*(moved.c[c] for c in returning)).add_cte(event.cte("event"))
+    _statements[(shape, returning, where)] = statement
+    return statement
 
 
 def set_process(

@@ -41,11 +41,14 @@ def submit_job(
     pipeline_id: uuid.UUID | None = None,
     pipeline_step: str | None = None,
     param_refs: dict[str, dict[str, str]] | None = None,
+    hand_over: Callable[[], None] | None = None,
 ) -> tuple[Job, bool]:
     """Create a job (or return the one an idempotency key already made). Returns (job, created).
 
     A pipeline's step names its place (`pipeline_step`) and the params it reads from earlier steps'
-    artifacts (`param_refs`, filled when it is queued: now, if its dependencies already succeeded)."""
+    artifacts (`param_refs`, filled when it is queued: now, if its dependencies already succeeded).
+    `hand_over`, when the router passes its commit, ends the request's transaction as soon as the job is
+    made: the job's message is sent after that commit (enqueue_after_commit)."""
     body_hash = request_hash(spec)
     if idempotency_key is not None:
         existing = replayed_job(session, principal, idempotency_key, body_hash)
@@ -80,6 +83,8 @@ def submit_job(
         if job.param_refs:
             _fill_refs_now(session, job)
         enqueue_after_commit(session, settings, str(job.id), host)
+    if hand_over is not None:
+        hand_over()
     return job, True
 
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, bindparam, insert, inspect, select, update
+from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
 from app.core.errors import AppError, ErrorCode
 from app.models.base import utcnow
@@ -168,7 +169,9 @@ def transition(
 def _enter(
     session: Session, job: Job, target: JobState, *, reason: str | None, extra: dict[str, Any]
 ) -> JobEvent:
-    """A new job's first state: the row is inserted in it, and its first event recorded."""
+    """A new job's first state: the row is inserted in it, and its first event recorded. On PostgreSQL both go
+    in one statement (`WITH event AS (INSERT INTO job_event …) INSERT INTO job …`: the event's foreign key is
+    checked at the statement's end), and the object becomes the session's as if it had been flushed."""
     if target not in INITIAL:
         raise AppError(ErrorCode.INVALID_TRANSITION, f"a new job cannot start {target.value}")
     job.state = target.value
@@ -176,8 +179,52 @@ def _enter(
         setattr(job, field, job.updated_at)
     for key, value in extra.items():
         setattr(job, key, value)
-    session.add(job)
-    session.flush()
     event = JobEvent(job_id=job.id, from_state=None, to_state=target.value, reason=reason)
-    session.add(event)
+    if session.get_bind().dialect.name != "postgresql":
+        session.add(job)
+        session.flush()
+        session.add(event)
+        return event
+    row = _column_values(job)
+    event.at = utcnow()
+    first_event = {
+        "event_job_id": job.id,
+        "event_to": event.to_state,
+        "event_reason": reason,
+        "event_at": event.at,
+    }
+    session.connection().execute(_NEW_JOB, row | first_event)
+    for attr in inspect(Job).column_attrs:  # a column left out of the INSERT is NULL
+        set_committed_value(job, attr.key, row.get(attr.key))
+    make_transient_to_detached(job)
+    session.add(job)
     return event
+
+
+# The row's columns are the parameters' names that are job columns; the event's are named apart, and it is an
+# INSERT … SELECT, whose columns are fixed (SQLAlchemy adds a parameter named like a column, `id`, to the
+# columns of an INSERT … VALUES, nested ones included).
+_FIRST_EVENT = select(
+    bindparam("event_job_id", type_=JobEvent.job_id.type),
+    bindparam("event_to", type_=JobEvent.to_state.type),
+    bindparam("event_reason", type_=JobEvent.reason.type),
+    bindparam("event_at", type_=JobEvent.at.type),
+)
+_NEW_JOB = insert(Job).add_cte(
+    insert(JobEvent).from_select(["job_id", "to_state", "reason", "at"], _FIRST_EVENT).cte("event")
+)
+
+
+def _column_values(job: Job) -> dict[str, Any]:
+    """The columns of a new job as the ORM would insert them: those set, and the constant defaults of those
+    not set (the others are left out: NULL, not JSON null). Its id and times (computed defaults) are set."""
+    values: dict[str, Any] = {}
+    for attr in inspect(Job).column_attrs:
+        default = attr.columns[0].default
+        if attr.key in job.__dict__:
+            values[attr.key] = job.__dict__[attr.key]
+        elif isinstance(default, ScalarElementColumnDefault):
+            values[attr.key] = default.arg
+        elif default is not None:
+            raise TypeError(f"a new job must have job.{attr.key} set (its default is computed)")
+    return values

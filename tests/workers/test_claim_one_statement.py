@@ -1,5 +1,6 @@
-"""The claim is one UPDATE … RETURNING (its event goes out with the next flush), `running` one UPDATE, and the
-two events one INSERT; a second claimer of the same job, racing or late, gets nothing."""
+"""The claim is one statement (UPDATE … RETURNING and its event's INSERT in one WITH), and so is `running`;
+in the worker both commit by themselves (no BEGIN, no COMMIT); a second claimer of the same job, racing or
+late, gets nothing."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, select
 
 from app.core.config import Settings
-from app.core.db import get_engine, session_factory, session_scope
+from app.core.db import autocommit_scope, get_engine, session_factory, session_scope
 from app.jobs import lifecycle
 from app.jobs.states import JobState
 from app.models.base import Base, utcnow
@@ -82,13 +84,29 @@ def assert_claimed_and_running(settings: Settings, job_id: uuid.UUID) -> None:
         assert [tuple(m) for m in moves][-2:] == [("queued", "starting"), ("starting", "running")]
 
 
-def test_the_claim_is_one_statement_and_running_two_on_postgres(
+def test_the_claim_is_one_statement_and_running_one_on_postgres(
     client: TestClient, admin: Headers, settings: Settings
 ) -> None:
     job_id = submit(client, admin)
     claim, running = claim_then_run(settings, job_id, "claim-host")
-    assert [s for s in claim if s != "BEGIN"] == ["UPDATE"]
-    assert running == ["UPDATE", "INSERT"]  # `running` (with the process), then both events in one INSERT
+    assert claim == ["WITH"]  # UPDATE … RETURNING, and the claim's event from what it returned
+    assert running == ["WITH"]  # `running` with the process, and its event
+    assert_claimed_and_running(settings, job_id)
+
+
+def test_in_the_worker_each_commits_by_itself(client: TestClient, admin: Headers, settings: Settings) -> None:
+    """autocommit_scope: no transaction is left open after the statement (no COMMIT round trip to come), and
+    another connection sees the claim before the session ends."""
+    job_id = submit(client, admin)
+    with autocommit_scope(settings) as session:
+        assert lifecycle.claim(session, job_id=job_id, host="claim-host", worker="w1") is not None
+        dbapi = session.connection().connection.dbapi_connection
+        assert dbapi is not None
+        assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with session_scope(settings) as other:
+            assert other.execute(select(Job.state).where(Job.id == job_id)).scalar_one() == "starting"
+        assert lifecycle.mark_running(session, job_id=job_id, pid=123, pgid=123, create_time=1.5)
+        assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert_claimed_and_running(settings, job_id)
 
 

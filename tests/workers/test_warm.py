@@ -47,21 +47,17 @@ class Run:
     ) -> None:
         self.lines: list[str] = []
         self.events: list[dict[str, Any]] = []
-        self.waited = False
         read_fd, write_fd = os.pipe()
         reader = threading.Thread(target=self._read_events, args=(read_fd,))
         reader.start()
         try:
-            self.taken = stages.take(job, write_fd, before_waiting=self._waited)
+            self.taken = stages.take(job, write_fd)
         finally:
             os.close(write_fd)  # the process holds its own copy now
         self.result = proc.supervise(
             self.taken.process, on_line=lambda _s, text: self.lines.append(text), timeout_s=timeout_s
         )
         reader.join()
-
-    def _waited(self) -> None:
-        self.waited = True
 
     def _read_events(self, fd: int) -> None:
         with os.fdopen(fd, encoding="utf-8") as stream:
@@ -93,7 +89,7 @@ def test_a_spare_becomes_the_jobs_own_process(tmp_path: Path) -> None:
         stages.close()
 
     assert isinstance(run.taken, Accepted)
-    assert not run.waited  # a ready spare: the caller's transaction never waited on an interpreter
+    assert not run.taken.waited  # a ready spare: the job never waited on an interpreter
     started = run.taken.process.started
     assert started.pid == spare_pid
     assert started.pgid == spare_pid  # its own process group, as every job's process
@@ -140,7 +136,7 @@ def test_a_dead_spare_is_replaced_by_a_fresh_process(tmp_path: Path) -> None:
     finally:
         stages.close()
     assert isinstance(run.taken, Accepted)
-    assert run.waited  # the fresh process's start-up: the caller was told before it waited
+    assert run.taken.waited  # the fresh process's start-up: the caller is told the job waited for it
     assert run.taken.process.started.pid != spare_pid
     assert run.result.exit_code == 0
     assert run.lines == ["line 0", "line 1"]

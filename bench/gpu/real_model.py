@@ -13,11 +13,15 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
     python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
                                                         # output, with the pipeline's answer settings
+    python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S]   # issue 15: once gpu_check passed,
+        # speculators' trainer on the pipeline's extraction with its train settings, detached (WORK/spec)
+    python3 bench/gpu/real_model.py spec-sweep WORK OUT [--deadline-s S]    # its draft through a chain sweep
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -140,6 +144,67 @@ def direct(args: argparse.Namespace) -> None:
     subprocess.run(command, check=True, cwd=ROOT)
 
 
+SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the trainers are compared on
+SAME_TRAIN_SETTINGS = ("epochs", "ttt_steps", "lr", "batch_size", "max_len", "step_decay", "warmup_ratio")
+
+
+def speculators(args: argparse.Namespace) -> None:
+    """speculators' trainer beside eyas's on the same extraction (bench/gpu/speculators_side_by_side.py).
+
+    It starts once the pipeline's gpu_check has passed (a GPU process before then would fail that check)
+    and runs detached while eval runs: eval is judged on acceptance, not time. Its tokens/s are therefore
+    measured on a GPU shared with eval (docs/benchmarks.md says so beside them)."""
+    work = args.work.resolve()
+    http = _client(work)
+    pipeline_id = (work / "pipeline_id").read_text().strip()
+    began = time.monotonic()
+    while True:
+        pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+        steps = {job["kind"]: job for job in pipeline["jobs"]}
+        if steps["gpu_check"]["state"] == "succeeded":
+            break
+        if pipeline["state"] in ("failed", "cancelled") or time.monotonic() - began > args.deadline_s:
+            raise SystemExit(f"gpu_check has not passed (pipeline {pipeline['state']})")
+        time.sleep(3)
+    train = steps["train"]["params"]
+    command = [sys.executable, str(ROOT / "bench" / "gpu" / "speculators_side_by_side.py")]
+    command += [train["data"], str(work / "smollm2"), str(work / "spec"), "--work", str(work)]
+    command += ["--sweep-configs", SIDE_BY_SIDE_CONFIGS, "--draft-vocab-size", str(train["draft_vocab_size"])]
+    for key in SAME_TRAIN_SETTINGS:
+        command += [f"--{key.replace('_', '-')}", str(train[key])]
+    print("starting:", " ".join(command), flush=True)
+    log = open(work / "spec.log", "ab")  # noqa: SIM115 - the detached trainer owns it
+    subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
+
+
+def spec_sweep(args: argparse.Namespace) -> None:
+    """speculators' draft (fix-keyed by the side-by-side script) through a chain sweep on real SGLang, as a
+    benchmark job of the same `eyas up`; writes OUT/spec_sweep.json and copies the trainer's record."""
+    work, out = args.work.resolve(), args.out
+    out.mkdir(parents=True, exist_ok=True)
+    record = work / "spec" / "speculators_run.json"
+    began = time.monotonic()
+    while not record.exists():
+        if time.monotonic() - began > args.deadline_s:
+            raise SystemExit("speculators_run.json not written: see WORK/spec.log")
+        time.sleep(3)
+    (out / "speculators_run.json").write_bytes(record.read_bytes())
+    http = _client(work)
+    spec = json.loads((work / "spec" / "sweep_job.json").read_text())
+    spec["params"]["repeats"] = 2  # the fewest a sweep takes: acceptance is compared, not speed
+    created = http.post("/v1/jobs", json={"kind": "benchmark", **spec})
+    if created.status_code != 201:
+        raise SystemExit(created.text)
+    job_id = created.json()["id"]
+    while time.monotonic() - began < args.deadline_s:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(3)
+    (out / "spec_sweep.json").write_text(json.dumps(job, indent=2))
+    print(f"speculators draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
+
+
 def _eyas_up(work: Path, out: Path) -> None:
     """`eyas up` in its own session, so a command ending on this machine need not end it."""
     out.mkdir(parents=True, exist_ok=True)
@@ -174,7 +239,7 @@ def _client(work: Path) -> httpx.Client:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("phase", choices=["start", "wait", "direct"])
+    parser.add_argument("phase", choices=["start", "wait", "direct", "speculators", "spec-sweep"])
     parser.add_argument("work", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--gguf", type=Path)
@@ -184,7 +249,14 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=540)
     parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")
     args = parser.parse_args()
-    {"start": start, "wait": wait, "direct": direct}[args.phase](args)
+    phases = {
+        "start": start,
+        "wait": wait,
+        "direct": direct,
+        "speculators": speculators,
+        "spec-sweep": spec_sweep,
+    }
+    phases[args.phase](args)
 
 
 if __name__ == "__main__":

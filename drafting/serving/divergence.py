@@ -298,9 +298,13 @@ class SweepJudge:
         prompt_ids: Callable[[int], Sequence[int] | None],
         *,
         max_scored: int | None = None,
+        scorer: TargetScorer | None = None,
     ) -> None:
+        """`scorer`: the target as the sweep's smoke check also judges with (one load for both), used once
+        cpu_scorer has found that the target fits in float32 here."""
         self.model, self.prompt_ids = model, prompt_ids
         self.max_scored = MAX_SCORED_PER_CONFIG if max_scored is None else max_scored
+        self._shared = scorer
         self._scorer: TargetScorer | None = None
         self._looked = model is None
         self.strict_reason: str | None = None if model else "no target folder to score with"
@@ -374,6 +378,8 @@ class SweepJudge:
             self._looked = True
             assert self.model is not None
             self._scorer, self.strict_reason = cpu_scorer(self.model)
+            if self._scorer is not None and self._shared is not None:
+                self._scorer = self._shared
         return self._scorer
 
 

@@ -351,8 +351,8 @@ class SweepSmoke:
     options: SmokeOptions
     prompts: list[list[int]] = field(default_factory=list)
     baseline: list[list[int]] | None = None
-    # one target for every config's judging, loaded on the first divergence: an 8B target in float32 is
-    # ~32 GB and a minute to load, once per sweep rather than once per config
+    # one target for every config's judging (and the sweep's output judge: drafting/serving/sweep.py),
+    # loaded on the first divergence: an 8B target in float32 is ~32 GB and a minute to load
     scorer: TargetScorer | None = None
 
     def __post_init__(self) -> None:

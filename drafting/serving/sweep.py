@@ -33,7 +33,7 @@ from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
 from drafting.serving import sweep_servers as servers
 from drafting.serving.benchmarking import BenchmarkRun, load_options, measure_batch, warm_up
-from drafting.serving.divergence import SweepJudge
+from drafting.serving.divergence import SweepJudge, TargetScorer
 from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, launched_server, raise_if_died
 from drafting.serving.load_client import LoadOptions
 from drafting.serving.prompts import Prompt
@@ -138,17 +138,17 @@ class _Sweep:
         assert params.launch is not None
         self.ctx, self.params, self.prompts, self.layout = ctx, params, prompts, layout
         self.launch = params.launch
-        self.smoke = _smoke(params)
-        self.judge = SweepJudge(self.launch.model, PromptIds(prompts, params.send_as, self.launch.model))
+        model = self.launch.model
+        scorer = TargetScorer(model, device="cpu")  # loaded only when a divergence needs it, then once
+        self.smoke = _smoke(params, scorer)
+        self.judge = SweepJudge(model, PromptIds(prompts, params.send_as, model), scorer=scorer)
         self.measured: list[ConfigRounds] = []  # configs done so far, refused ones included
 
     def release(self) -> None:
-        self.judge.release()
-        if self.smoke is not None:
-            self.smoke.release()
+        self.judge.release()  # the smoke check's scorer is the same one
 
     def interleaved(self, configs: Sequence[SpecConfig], *, free_before: float | None) -> list[ConfigRounds]:
-        layout, measured = self.layout, []
+        layout = self.layout
         base_spec = servers.server_spec(
             self.launch, None, port=layout.baseline_port, mem_fraction=layout.share
         )
@@ -170,9 +170,9 @@ class _Sweep:
                 except ConfigRefused as refused:
                     rounds = refused.rounds
                 servers.wait_memory_back(readings)
-                measured.append(self._done(rounds))
+                self._done(rounds)
         servers.wait_gpus_clean(self.ctx)
-        return measured
+        return self.measured
 
     def one_server_at_a_time(self, configs: Sequence[SpecConfig]) -> list[ConfigRounds]:
         """Each server alone (the baseline first), its rounds back to back; round i of a config is paired
@@ -180,7 +180,6 @@ class _Sweep:
         self.ctx.progress(0.0, f"{BASELINE_LABEL}: launching")
         base_spec = servers.server_spec(self.launch, None, port=self.layout.baseline_port, mem_fraction=None)
         baseline_runs = self._alone(base_spec, None)
-        measured = []
         for number, config in enumerate(configs):
             self.ctx.check_cancelled()
             self.ctx.progress((number + 1) / (len(configs) + 1), f"{config.label}: launching")
@@ -188,15 +187,15 @@ class _Sweep:
             try:
                 runs = self._alone(spec, config)
             except ConfigRefused as refused:
-                measured.append(self._done(refused.rounds))
+                self._done(refused.rounds)
                 servers.wait_gpus_clean(self.ctx)
                 continue
             orders = [[BASELINE, SPECULATIVE] for _ in runs]
             rounds = ConfigRounds(config, baseline_runs[: len(runs)], runs, orders)
             for index in range(len(runs)):
                 self._emit_round(rounds, index, [])
-            measured.append(self._done(rounds))
-        return measured
+            self._done(rounds)
+        return self.measured
 
     def _alone(self, spec: LaunchParams, config: SpecConfig | None) -> list[BenchmarkRun]:
         with self._server(spec, config) as alone:
@@ -259,12 +258,13 @@ class _Sweep:
             f"speedup {row['speedup']}"
         )
 
-    def _done(self, rounds: ConfigRounds) -> ConfigRounds:
+    def _done(self, rounds: ConfigRounds) -> None:
+        """Judge a config's outputs and report its row; it joins `measured`."""
         self.measured.append(rounds)
         if rounds.rejected is not None:
             self.ctx.log(f"{rounds.config.label}: refused by its smoke test, not measured; the sweep goes on")
             self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
-            return rounds
+            return
         judged = judge_outputs(rounds, self.judge)
         counts = ", ".join(f"{verdict} {n}" for verdict, n in judged.counts().items())
         how = (
@@ -274,7 +274,6 @@ class _Sweep:
         )
         self.ctx.log(f"{rounds.config.label}: outputs against the baseline's: {counts} ({how})")
         self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
-        return rounds
 
     @contextmanager
     def _server(self, spec: LaunchParams, config: SpecConfig | None) -> Iterator[Measured]:
@@ -354,12 +353,12 @@ class PromptIds:
         return self._tokenizer
 
 
-def _smoke(params: BenchmarkParams) -> SweepSmoke | None:
+def _smoke(params: BenchmarkParams, scorer: TargetScorer) -> SweepSmoke | None:
     """The load smoke test every server of the sweep passes before it is measured (params.smoke)."""
     if not params.smoke or params.launch is None:
         return None
     options = SmokeOptions(min_accept_length=params.smoke_min_accept_length, scorer_device="cpu")
-    return SweepSmoke(params.launch.model, options)
+    return SweepSmoke(params.launch.model, options, scorer=scorer)
 
 
 def _label(config: SpecConfig | None) -> str:

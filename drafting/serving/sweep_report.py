@@ -133,12 +133,7 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
     speedups = rounds.speedups()
     judged = rounds.judged or judge_outputs(rounds, SweepJudge(None, lambda _: None))
     return {
-        "config": config.label,
-        "label": config.label,
-        "depth": config.steps,  # the dashboard's x axis (steps; a chain's depth)
-        "steps": config.steps,
-        "topk": config.topk,
-        "draft_tokens": config.draft_tokens,
+        **_identity(config),
         **{key: summary.get(key) for key in _POOLED_FIELDS},
         "server_accept_len": summary.get("server_accept_len"),
         "baseline_tok_s": pooled_summary(rounds.baseline).get("output_tok_s"),
@@ -156,12 +151,7 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
 def rejected_row(config: SpecConfig, smoke: dict[str, Any]) -> dict[str, Any]:
     """A config its smoke test refused: nothing measured, the smoke report kept (the gate names it)."""
     return {
-        "config": config.label,
-        "label": config.label,
-        "depth": config.steps,
-        "steps": config.steps,
-        "topk": config.topk,
-        "draft_tokens": config.draft_tokens,
+        **_identity(config),
         **dict.fromkeys(_POOLED_FIELDS),
         "server_accept_len": None,
         "baseline_tok_s": None,
@@ -177,6 +167,18 @@ def rejected_row(config: SpecConfig, smoke: dict[str, Any]) -> dict[str, Any]:
         "divergences": None,
         "rejected": {"stage": "smoke", **smoke},
         "rounds": [],
+    }
+
+
+def _identity(config: SpecConfig) -> dict[str, Any]:
+    """What names a config's row: its label, and its shape field by field."""
+    return {
+        "config": config.label,
+        "label": config.label,
+        "depth": config.steps,  # the dashboard's x axis (steps; a chain's depth)
+        "steps": config.steps,
+        "topk": config.topk,
+        "draft_tokens": config.draft_tokens,
     }
 
 

@@ -16,6 +16,7 @@ keeps validation metrics; `--device cpu` (tests) also swaps what speculators har
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import math
@@ -34,80 +35,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from speculators_layout import reading_problems  # noqa: E402 - bench/gpu is sys.path[0] when run as a script
+
 from drafting.ml.hidden_store import read_manifest  # noqa: E402
 from drafting.ml.train_data import split_indices  # noqa: E402
 
-STATES = 4  # 3 aux states + the last layer's output before the final norm, per token
-MAX_PROBLEMS = 20
 DEPTHS = (3, 5, 7)
 SGLANG_VERSION = "0.5.14"  # the GPU host's SGLang (drafting/sglang_facts.py)
-
-
-def reading_problems(extraction: Path, hidden_size: int) -> list[str]:
-    """Why speculators' trainer could not read `extraction`: each problem names the file or field that
-    differs and the speculators code that reads it. [] when it can read it."""
-    from datasets import load_from_disk
-
-    try:
-        data = load_from_disk(str(extraction))
-    except Exception as exc:  # noqa: BLE001 - whatever stops load_from_disk is the finding
-        return [f"{extraction}: load_from_disk fails ({exc}); speculators opens it so (train/data.py:164)"]
-    missing = sorted({"input_ids", "loss_mask", "seq_len"} - set(data.column_names))
-    if missing:
-        return [
-            f"dataset column(s) {missing} missing: speculators reads seq_len (train/data.py:225), "
-            "input_ids (:314) and loss_mask (:332)"
-        ]
-    problems = []
-    if data.format["type"] != "torch":
-        problems.append(
-            f"dataset format {data.format['type']!r}, not 'torch': speculators compares input_ids with "
-            "torch.equal (train/data.py:314) and slices loss_mask as a tensor"
-        )
-    rows = data.with_format(None)
-    columns = zip(rows["input_ids"], rows["loss_mask"], rows["seq_len"], strict=True)
-    for i, (ids, mask, seq_len) in enumerate(columns):
-        if seq_len != len(ids) or len(mask) != len(ids):
-            problems.append(
-                f"row {i}: seq_len {seq_len}, input_ids {len(ids)}, loss_mask {len(mask)} tokens differ "
-                "(the multipack sampler packs by seq_len, train/data.py:225)"
-            )
-        problems += _file_problems(extraction / "hidden_states" / f"hs_{i}.safetensors", i, ids, hidden_size)
-        if len(problems) >= MAX_PROBLEMS:
-            return [*problems, "… (stopped after the first problems)"]
-    try:
-        freq = torch.load(extraction / "token_freq.pt", weights_only=True)
-        if not isinstance(freq, dict) or not all(isinstance(k, int) for k in freq):
-            problems.append("token_freq.pt is not a {token_id: count} dict (train/vocab_mapping.py:74-106)")
-    except Exception as exc:  # noqa: BLE001 - a missing or unreadable file is the finding
-        problems.append(f"token_freq.pt unreadable with weights_only=True ({exc}; train/cli.py:360-367)")
-    return problems
-
-
-def _file_problems(path: Path, row: int, ids: list[int], hidden_size: int) -> list[str]:
-    """What speculators' reader (train/data.py:309-333) would trip on in row `row`'s hidden-state file."""
-    from safetensors import safe_open
-
-    name = f"hidden_states/{path.name}"
-    if not path.is_file():
-        return [f"{name} missing for row {row} (hs_connectors/transfer.py:141-143; the trainer raises)"]
-    with safe_open(str(path), "pt") as stored:
-        keys = set(stored.keys())
-        if not {"token_ids", "hidden_states"} <= keys:
-            return [f"{name}: keys {sorted(keys)}, speculators reads token_ids and hidden_states"]
-        problems = []
-        shape = list(stored.get_slice("hidden_states").get_shape())
-        if shape != [len(ids), STATES, hidden_size]:
-            problems.append(
-                f"{name}: hidden_states {shape}, speculators needs [{len(ids)}, {STATES}, {hidden_size}] "
-                "([:, :-1] the aux states, [:, -1] the last one; train/data.py:324-331)"
-            )
-        if stored.get_tensor("token_ids").tolist() != ids:
-            problems.append(
-                f"{name}: token_ids differ from row {row}'s input_ids (speculators drops the sample, "
-                "train/data.py:314-322)"
-            )
-    return problems
 
 
 def make_view(extraction: Path, view: Path, val_fraction: float, seed: int) -> dict[str, Any]:
@@ -184,7 +118,15 @@ class _CountingLoader:
         for batch in self._loader:
             self._record["tokens"] += int((batch["document_ids"] != -1).sum())
             self._record["steps"] += 1
+            _arm_stall_dump(self._record["stall_s"])  # a batch came: the stall clock starts again
             yield batch
+
+
+def _arm_stall_dump(stall_s: float) -> None:
+    """Dump every thread's stack to stderr (the run's log) if no batch comes for `stall_s` seconds, again
+    each `stall_s`: on the H200 (2026-12-02) this trainer logged no step in 6 minutes and nothing said where
+    it waited. Re-arming cancels the pending dump."""
+    faulthandler.dump_traceback_later(stall_s, repeat=True, file=sys.stderr)
 
 
 def _now() -> float:
@@ -221,7 +163,7 @@ def _recording_trainer(record: dict[str, Any], device: str) -> type:
     return Recording
 
 
-def run_speculators(argv: list[str], device: str) -> dict[str, Any]:
+def run_speculators(argv: list[str], device: str, stall_s: float = 180.0) -> dict[str, Any]:
     """speculators' `main(TrainConfig.resolve(argv))`, as `speculators train` runs it, recorded."""
     import speculators.train.cli as cli
     import speculators.train.trainer as trainer
@@ -229,6 +171,7 @@ def run_speculators(argv: list[str], device: str) -> dict[str, Any]:
 
     cfg = TrainConfig.resolve(argv)
     record: dict[str, Any] = {"tokens": 0, "steps": 0, "epoch_train_s": [], "val_s": 0.0, "val": []}
+    record["stall_s"] = stall_s
 
     class Unprofiled(trainer._StepTimer):
         def reset(self, enabled: bool) -> None:
@@ -237,8 +180,12 @@ def run_speculators(argv: list[str], device: str) -> dict[str, Any]:
     _reset_peak()
     began = _now()
     timer = mock.patch.object(trainer, "_StepTimer", Unprofiled) if device == "cpu" else nullcontext()
-    with mock.patch.object(cli, "Trainer", _recording_trainer(record, device)), timer:
-        cli.main(cfg)
+    _arm_stall_dump(stall_s)  # start-up and the first batch (compile, loader workers) count too
+    try:
+        with mock.patch.object(cli, "Trainer", _recording_trainer(record, device)), timer:
+            cli.main(cfg)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     record["wall_s"] = _now() - began
     times = record["epoch_train_s"]
     record["train_s"] = sum(times)
@@ -338,7 +285,7 @@ def train_main(args: argparse.Namespace) -> int:
     run["settings"] = {"total_seq_len": seq_len, "eyas_steps_per_epoch": -(-n_train // args.batch_size)}
     if args.eyas:
         run["eyas"] = run_eyas(args)
-    run["speculators"] = run_speculators(argv, args.device)
+    run["speculators"] = run_speculators(argv, args.device, args.stall_s)
     run["settings"]["steps_per_epoch"] = run["speculators"]["steps"] // max(args.epochs, 1)
     run["draft_vocab_same_as_eyas"] = _same_draft_vocab(args, out / "data")
     best = out / "checkpoints" / "checkpoint_best"  # speculators' pick: the lowest validation loss
@@ -397,6 +344,7 @@ OPTIONS: list[tuple[str, type, Any, str | None]] = [
     ("--seed", int, 0, None),
     ("--num-workers", int, 8, "speculators' loader processes (spawned)"),
     ("--log-freq", int, 10, "speculators profiles every logged step, synchronizing each phase"),
+    ("--stall-s", float, 180.0, "dump every thread's stack to the log after this long without a batch"),
 ]
 
 

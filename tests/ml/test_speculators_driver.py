@@ -253,3 +253,39 @@ def test_the_sweep_spec_is_real_models_benchmark_for_the_given_draft(tmp_path: P
         "5,1,6",
         "7,1,8",
     ]
+
+
+def test_a_stalled_loader_dumps_every_threads_stack(capfd: pytest.CaptureFixture[str]) -> None:
+    """On the H200 speculators' trainer once logged no step for 6 minutes and nothing said where it waited:
+    the driver's loader re-arms a stack dump with every batch, so a stall longer than `stall_s` is logged."""
+
+    def slow_batches() -> Any:
+        yield {"document_ids": torch.tensor([[0, 0, -1]])}
+        import time
+
+        time.sleep(1.0)  # longer than stall_s: the dump fires while this generator waits
+        yield {"document_ids": torch.tensor([[0, -1, -1]])}
+
+    record: dict[str, Any] = {"tokens": 0, "steps": 0, "stall_s": 0.3}
+    try:
+        assert len(list(driver._CountingLoader(slow_batches(), record))) == 2
+    finally:
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
+    assert (record["tokens"], record["steps"]) == (3, 2)
+    dumped = capfd.readouterr().err
+    assert "most recent call first" in dumped, dumped[-2000:]
+    assert "slow_batches" in dumped, dumped[-2000:]
+
+
+def test_a_loader_that_keeps_up_dumps_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    record: dict[str, Any] = {"tokens": 0, "steps": 0, "stall_s": 5.0}
+    try:
+        batches = [{"document_ids": torch.tensor([[0, -1]])} for _ in range(3)]
+        assert len(list(driver._CountingLoader(iter(batches), record))) == 3
+    finally:
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
+    assert "most recent call first" not in capfd.readouterr().err

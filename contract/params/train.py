@@ -53,6 +53,14 @@ class TrainParams(DataParallelParams):
         "target", description="start lm_head from the target's rows for the draft vocab, or at random"
     )
     val_fraction: float = Field(0.05, ge=0, le=0.5, description="samples held out for validation")
+    held_out_data: HostPath | None = Field(
+        None,
+        description="an extract stage's output (same target and aux layers) made from prompts kept out of "
+        "training, e.g. like the traffic the drafter will serve: validated after every epoch beside the "
+        "split (held_out/... metrics); when given, the acceptance estimate and the best epoch come from it. "
+        "A split of the training data shares its prompts' style and overstates acceptance on other prompts "
+        "(on SmolLM2, self-prompted data: +28-36 % against SGLang on MT-Bench)",
+    )
     resume: bool = Field(True, description="continue the run saved in output; false refuses a used output")
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="compute dtype (autocast); master weights stay float32"
@@ -69,7 +77,8 @@ class TrainParams(DataParallelParams):
     keep: Literal["best", "last"] = Field(
         "best",
         description="the checkpoint the run hands on (artifact best_drafter, which a pipeline's fix_keys "
-        "reads): the epoch with the highest validation acceptance estimate at select_depth, or the last",
+        "reads): the epoch with the highest acceptance estimate at select_depth (on held_out_data when "
+        "given, else on the validation split), or the last",
     )
     select_depth: int | None = Field(
         None,

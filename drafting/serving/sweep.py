@@ -83,13 +83,13 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
         else:
             measured = sweep.one_server_at_a_time(configs)
     except StageError as exc:
-        exc.details.setdefault("rows_measured", [config_row(rounds) for rounds in sweep.measured])
+        exc.details.setdefault("rows_measured", [sweep.row(rounds) for rounds in sweep.measured])
         raise
     finally:
         sweep.release()
     baseline_runs = [run for rounds in measured for run in rounds.baseline]
     unique_baseline = list({id(run): run for run in baseline_runs}.values())
-    rows = [baseline_row(unique_baseline), *(config_row(rounds) for rounds in measured)]
+    rows = [baseline_row(unique_baseline), *(sweep.row(rounds) for rounds in measured)]
     gate = release_gate(rows, params.chosen(), params.speedup_threshold)
     ctx.progress(1.0, "sweep done")
     return {
@@ -143,6 +143,10 @@ class _Sweep:
         self.smoke = _smoke(params, scorer)
         self.judge = SweepJudge(model, PromptIds(prompts, params.send_as, model), scorer=scorer)
         self.measured: list[ConfigRounds] = []  # configs done so far, refused ones included
+        self.categories = [prompt.category for prompt in prompts]
+
+    def row(self, rounds: ConfigRounds) -> dict[str, Any]:
+        return config_row(rounds, self.categories)
 
     def release(self) -> None:
         self.judge.release()  # the smoke check's scorer is the same one
@@ -263,7 +267,7 @@ class _Sweep:
         self.measured.append(rounds)
         if rounds.rejected is not None:
             self.ctx.log(f"{rounds.config.label}: refused by its smoke test, not measured; the sweep goes on")
-            self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
+            self.ctx.sink.emit({"type": "benchmark_row", **self.row(rounds)})
             return
         judged = judge_outputs(rounds, self.judge)
         counts = ", ".join(f"{verdict} {n}" for verdict, n in judged.counts().items())
@@ -273,7 +277,7 @@ class _Sweep:
             else "judged by the target"
         )
         self.ctx.log(f"{rounds.config.label}: outputs against the baseline's: {counts} ({how})")
-        self.ctx.sink.emit({"type": "benchmark_row", **config_row(rounds)})
+        self.ctx.sink.emit({"type": "benchmark_row", **self.row(rounds)})
 
     @contextmanager
     def _server(self, spec: LaunchParams, config: SpecConfig | None) -> Iterator[Measured]:

@@ -21,6 +21,7 @@ from contract.params.benchmark import SpecConfig
 from drafting.serving.bench_stats import summarize
 from drafting.serving.benchmarking import BenchmarkRun
 from drafting.serving.divergence import JudgedOutputs, OutputPair, SweepJudge
+from drafting.serving.prompts.categories import PromptTally, by_category, request_tallies
 from drafting.serving.speedup_stats import CONFIDENCE, SpeedupInterval, round_speedups, speedup_interval
 
 BASELINE_LABEL = "baseline (no speculation)"
@@ -75,6 +76,16 @@ class ConfigRounds:
         speedups = self.speedups()
         return speedup_interval(speedups) if len(speedups) >= 2 else None
 
+    def by_category(self, categories: Sequence[str | None]) -> dict[str, dict[str, Any]] | None:
+        """meta_info's accept length per prompt category over every speculative round (categories[i] is
+        prompt i's); None without categories, or when a round's records do not line up with the prompts."""
+        if not self.speculative or not any(categories):
+            return None
+        if any(len(run.records) != len(categories) for run in self.speculative):
+            return None
+        rounds = [request_tallies(categories, run.records) for run in self.speculative]
+        return by_category([_over_rounds(per_prompt) for per_prompt in zip(*rounds, strict=True)])
+
     def round_rows(self) -> list[dict[str, Any]]:
         rows = []
         for number, (base, spec, order) in enumerate(
@@ -124,7 +135,18 @@ def baseline_row(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
     }
 
 
-def config_row(rounds: ConfigRounds) -> dict[str, Any]:
+def _over_rounds(tallies: Sequence[PromptTally]) -> PromptTally:
+    """One prompt's tallies of every round as one: a category's `prompts` counts prompts, not requests."""
+    steps = [t.verify_steps for t in tallies]
+    return PromptTally(
+        tallies[0].category,
+        sum(t.completion_tokens for t in tallies),
+        None if any(step is None for step in steps) else sum(step or 0 for step in steps),
+    )
+
+
+def config_row(rounds: ConfigRounds, categories: Sequence[str | None] = ()) -> dict[str, Any]:
+    """A config's row; with the prompts' categories, also its acceptance per category (`by_category`)."""
     if rounds.rejected is not None:
         return rejected_row(rounds.config, rounds.rejected)
     config = rounds.config
@@ -132,7 +154,7 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
     interval = rounds.interval()
     speedups = rounds.speedups()
     judged = rounds.judged or judge_outputs(rounds, SweepJudge(None, lambda _: None))
-    return {
+    row = {
         **_identity(config),
         **{key: summary.get(key) for key in _POOLED_FIELDS},
         "server_accept_len": summary.get("server_accept_len"),
@@ -146,6 +168,10 @@ def config_row(rounds: ConfigRounds) -> dict[str, Any]:
         **judged.row_fields(),
         "rounds": rounds.round_rows(),
     }
+    per_category = rounds.by_category(categories)
+    if per_category is not None:
+        row["by_category"] = per_category
+    return row
 
 
 def rejected_row(config: SpecConfig, smoke: dict[str, Any]) -> dict[str, Any]:

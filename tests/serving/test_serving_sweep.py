@@ -35,7 +35,9 @@ def test_sweep_keeps_the_baseline_up_and_alternates_its_batches_with_each_config
 
     monkeypatch.setattr(benchmarking, "run_load", logged_run_load)
     prompts = tmp_path / "ids.jsonl"
-    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in tiny_pair.prompts))
+    categories = ["even" if i % 2 == 0 else "odd" for i in range(len(tiny_pair.prompts))]
+    records = zip(tiny_pair.prompts, categories, strict=True)
+    prompts.write_text("\n".join(json.dumps({"input_ids": p, "category": c}) for p, c in records))
     params = BenchmarkParams(
         mode="sweep",
         launch=_reference_launch(tiny_pair),
@@ -100,6 +102,21 @@ def test_sweep_keeps_the_baseline_up_and_alternates_its_batches_with_each_config
         assert row["speedup_ci_low"] < row["speedup"] < row["speedup_ci_high"]
         assert row["timing"] == "stream"
         assert row["ttft_p50_ms"] is not None
+        # acceptance per prompt category, over the 3 rounds: prompts counted once, tokens and steps summed
+        per_category = row["by_category"]
+        assert list(per_category) == ["even", "odd"]
+        for name, stats in per_category.items():
+            assert stats["prompts"] == categories.count(name)
+            assert stats["completion_tokens"] == categories.count(name) * 16 * 3  # ignore_eos
+            assert stats["accept_length_meta"] == pytest.approx(
+                stats["completion_tokens"] / stats["verify_steps"], abs=1e-4
+            )
+        steps = sum(stats["verify_steps"] for stats in per_category.values())
+        tokens = sum(stats["completion_tokens"] for stats in per_category.values())
+        assert row["accept_len"] == pytest.approx(tokens / steps, abs=1e-3), (
+            "the categories add up to the row"
+        )
+    assert "by_category" not in rows[0], "the baseline has no acceptance"
     assert result["best_config"] in ("3,1,4", "1,1,2")
     gate = result["gate"]
     assert gate["deployable"] is False

@@ -2,8 +2,9 @@
 in torch, and what the serving engine reported in the sweep (SGLang's meta_info on a GPU host) — with each
 prediction's error against the served figure. A user learns whether to trust the cheaper figures next time.
 
-    train     `val/est_accept_len_d{N}` of the checkpoint the pipeline carried on (SGLang's chain formula over
-              the validation split's conditional accuracies)
+    train     `held_out/est_accept_len_d{N}` of the checkpoint the pipeline carried on when train validated
+              on a held-out extraction (the pipeline's `held_out` prompts), else `val/est_accept_len_d{N}`
+              (the split of the training data); SGLang's chain formula over conditional accuracies either way
     eval      `accept_length_meta` (Σ completion tokens / Σ verify steps, as SGLang counts) at depth N
     served    the sweep row of the chain config N,1,N+1: `accept_len` from the engine's own counters
 
@@ -17,13 +18,18 @@ from collections.abc import Mapping
 from typing import Any
 
 EVAL_TOLERANCE = 0.05  # issue 14: eval's prediction within 5 % of the engine's measured acceptance
+HELD_OUT, SPLIT = "held_out/est_accept_len_d", "val/est_accept_len_d"
+TRAIN_SOURCES = {
+    HELD_OUT: "held_out/est_accept_len_d{N} of the selected checkpoint (the held-out extraction)",
+    SPLIT: "val/est_accept_len_d{N} of the selected checkpoint (the training data's validation split)",
+}
 
 
 def acceptance_report(results: Mapping[str, Any]) -> dict[str, Any] | None:
     """`results`: each step's latest job result (or failure details) by step name; a stored value of any
     other shape counts as none (a read must never break on a row)."""
     results = {step: value for step, value in results.items() if isinstance(value, Mapping)}
-    train = _train_estimates(results.get("train"))
+    train, train_source = _train_estimates(results.get("train"))
     evaluated = _eval_figures(results.get("eval"))
     served, engine = _served_figures(results.get("benchmark"))
     depths = sorted(set(evaluated) | set(served))
@@ -36,7 +42,7 @@ def acceptance_report(results: Mapping[str, Any]) -> dict[str, Any] | None:
         "eval_tolerance": EVAL_TOLERANCE,
         "eval_within_tolerance": _all_within(rows),
         "sources": {
-            "train": "val/est_accept_len_d{N} of the selected checkpoint",
+            "train": TRAIN_SOURCES[train_source],
             "eval": "accept_length_meta",
             "served": "accept_len of the sweep's chain config N,1,N+1",
         },
@@ -65,18 +71,24 @@ def _all_within(rows: list[dict[str, Any]]) -> bool | None:
     return all(abs(error) <= EVAL_TOLERANCE for error in errors) if errors else None
 
 
-def _train_estimates(result: Mapping[str, Any] | None) -> dict[int, float]:
+def _train_estimates(result: Mapping[str, Any] | None) -> tuple[dict[int, float], str]:
+    """The selected checkpoint's estimates by depth, and their prefix: the held-out extraction's when that
+    epoch has them, else the validation split's."""
     epochs = _mappings((result or {}).get("epochs"))
     if not epochs:
-        return {}
+        return {}, SPLIT
     best = (result or {}).get("best") or {}
     chosen = epochs[-1]
     if (result or {}).get("selected") == best.get("checkpoint"):
         chosen = next((e for e in epochs if e.get("epoch") == best.get("epoch")), chosen)
-    prefix = "val/est_accept_len_d"
+    held_out = _by_depth(chosen, HELD_OUT)
+    return (held_out, HELD_OUT) if held_out else (_by_depth(chosen, SPLIT), SPLIT)
+
+
+def _by_depth(summary: Mapping[str, Any], prefix: str) -> dict[int, float]:
     return {
         int(key.removeprefix(prefix)): round(float(value), 4)
-        for key, value in chosen.items()
+        for key, value in summary.items()
         if key.startswith(prefix) and key.removeprefix(prefix).isdigit() and isinstance(value, int | float)
     }
 

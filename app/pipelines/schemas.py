@@ -13,6 +13,20 @@ from app.jobs.schemas import HOST_NAME_PATTERN, JobRead
 from contract.params.common import HostPath
 
 
+class HeldOutSpec(BaseModel):
+    """A validation set made from prompts kept out of training: the target answers them as `generate` answers
+    the training prompts (same engine and sampling), `extract` turns them into hidden states, and `train`
+    validates on that extraction every epoch and takes its acceptance estimate and best epoch from it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompts: HostPath = Field(
+        description="JSONL prompt set (as generate's `prompts`) like the traffic the drafter will serve; "
+        "kept out of training, and apart from the eval and benchmark prompts"
+    )
+    limit: int | None = Field(None, ge=1, description="use at most this many usable records of `prompts`")
+
+
 class Eagle3PipelineCreate(BaseModel):
     """Everything from hidden states to the benchmark table, as one request."""
 
@@ -28,9 +42,15 @@ class Eagle3PipelineCreate(BaseModel):
         description="regenerate the training conversations with the target first (generate params besides "
         "target/output: prompts, self_prompts, engine…); its output is the data extract reads",
     )
+    held_out: HeldOutSpec | None = Field(
+        None,
+        description="with `generate`: also answer these prompts with the target and extract them "
+        "(generate_held_out, extract_held_out); train validates on them (its `held_out_data`) and takes its "
+        "acceptance estimate and best epoch from them rather than from a split of the training data",
+    )
     workdir: HostPath = Field(
         description="outputs go to <workdir>/<pipeline id>/"
-        "{conversations.jsonl,hidden_states,train,sglang_draft}"
+        "{conversations.jsonl,hidden_states,held_out.jsonl,held_out_states,train,sglang_draft}"
     )
     host: str | None = Field(None, pattern=HOST_NAME_PATTERN, description="GPU host for every step")
     extract: dict[str, Any] = Field(
@@ -50,6 +70,8 @@ class Eagle3PipelineCreate(BaseModel):
             raise ValueError("give exactly one of `data` (conversations) and `generate` (make them first)")
         if self.generate is not None:
             _refuse_shared_prompts(self)
+        if self.held_out is not None:
+            _check_held_out(self)
         return self
 
 
@@ -66,6 +88,38 @@ def _refuse_shared_prompts(spec: Eagle3PipelineCreate) -> None:
                 f"{step}.prompts is also generate.prompts ({held_out!r}): evaluation prompts must be held "
                 "out from the prompts the drafter is trained on"
             )
+
+
+def _check_held_out(spec: Eagle3PipelineCreate) -> None:
+    """The held-out set is answered with generate's target, engine and sampling, so it needs `generate`; its
+    prompts must be neither the training prompts (it validates training) nor the eval/benchmark prompts (it
+    picks the checkpoint they then judge). Overlaps inside different files are dropped by the two generate
+    steps' `holdout_prompts` (the template fills them)."""
+    assert spec.held_out is not None
+    if spec.generate is None:
+        raise ValueError(
+            "held_out needs `generate`: its prompts are answered by the target with generate's engine and "
+            "sampling settings (with `data`, extract your own held-out conversations and give their "
+            "extraction as train.held_out_data)"
+        )
+    if spec.train.get("held_out_data") is not None:
+        raise ValueError(
+            "give held_out or train.held_out_data, not both: held_out makes train's held_out_data"
+        )
+    prompts = spec.held_out.prompts
+    others = (
+        ("generate", spec.generate.get("prompts")),
+        ("eval", (spec.eval or {}).get("prompts")),
+        ("benchmark", spec.benchmark.get("prompts")),
+    )
+    for step, source in others:
+        if _same_source(prompts, source):
+            why = (
+                "validation prompts must be kept out of the prompts the drafter is trained on"
+                if step == "generate"
+                else "evaluation prompts must stay apart from the prompts that pick the checkpoint"
+            )
+            raise ValueError(f"held_out.prompts is also {step}.prompts ({prompts!r}): {why}")
 
 
 def _same_source(a: Any, b: Any) -> bool:

@@ -7,7 +7,21 @@ from typing import Any
 
 from app.pipelines.schemas import Eagle3PipelineCreate
 
-EAGLE3_STEPS = ("generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark")
+# Step names in run order. Names are not kinds: generate_held_out is a `generate` job, extract_held_out an
+# `extract` job; jobs are keyed by their step (`pipeline_step`) everywhere.
+EAGLE3_STEPS = (
+    "generate",
+    "generate_held_out",
+    "extract",
+    "extract_held_out",
+    "train",
+    "fix_keys",
+    "gpu_check",
+    "eval",
+    "benchmark",
+)
+# generate params the held-out step does not copy: what it answers and where it writes are its own
+_NOT_COPIED_TO_HELD_OUT = ("prompts", "self_prompts", "output", "limit", "holdout_prompts")
 
 
 @dataclass(frozen=True)
@@ -24,19 +38,24 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
     plans = _generate_plan(spec, f"{root}/conversations.jsonl")
     data = plans[0].params["output"] if plans else spec.data
     extract_refs = {"data": ("generate", "conversations")} if plans else {}
-    plans += [
+    held_out = _held_out_plan(spec, f"{root}/held_out.jsonl", f"{root}/held_out_states")
+    train = {**spec.train, "data": hidden, "target": spec.target, "output": train_dir}
+    train_refs = {"data": ("extract", "hidden_states")}
+    if held_out:
+        plans.append(held_out[0])  # generate_held_out right after generate: one target server after the other
+        train["held_out_data"] = held_out[1].params["output"]
+        train_refs["held_out_data"] = ("extract_held_out", "hidden_states")
+    plans.append(
         StepPlan(
             "extract",
             "extract",
             {**spec.extract, "target": spec.target, "data": data, "output": hidden},
             refs=extract_refs,
-        ),
-        StepPlan(
-            "train",
-            "train",
-            {**spec.train, "data": hidden, "target": spec.target, "output": train_dir},
-            refs={"data": ("extract", "hidden_states")},
-        ),
+        )
+    )
+    plans += held_out[1:]
+    plans += [
+        StepPlan("train", "train", train, refs=train_refs),
         StepPlan(
             "fix_keys",
             "fix_keys",
@@ -66,14 +85,47 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
     return plans
 
 
+def _evaluation_prompts(spec: Eagle3PipelineCreate) -> list[str]:
+    return [p for p in ((spec.eval or {}).get("prompts"), spec.benchmark.get("prompts")) if p]
+
+
+def _holdout(*groups: list[str]) -> list[str]:
+    return list(dict.fromkeys(source for group in groups for source in group))
+
+
 def _generate_plan(spec: Eagle3PipelineCreate, output: str) -> list[StepPlan]:
     """The optional first step: regenerate the conversations with the target. The eval and benchmark prompt
-    sets are added to its held-out prompts, so a training prompt equal to an evaluation prompt is dropped."""
+    sets, and the held-out validation prompts, are added to its held-out prompts, so a training prompt equal
+    to one of theirs is dropped."""
     if spec.generate is None:
         return []
-    held_out = [p for p in ((spec.eval or {}).get("prompts"), spec.benchmark.get("prompts")) if p]
-    holdout = list(dict.fromkeys([*spec.generate.get("holdout_prompts", []), *held_out]))
+    validation = [spec.held_out.prompts] if spec.held_out is not None else []
+    holdout = _holdout(spec.generate.get("holdout_prompts", []), _evaluation_prompts(spec), validation)
     params = {**spec.generate, "target": spec.target, "output": output}
     if holdout:
         params["holdout_prompts"] = holdout
     return [StepPlan("generate", "generate", params)]
+
+
+def _held_out_plan(spec: Eagle3PipelineCreate, conversations: str, states: str) -> list[StepPlan]:
+    """generate_held_out and extract_held_out: the held-out prompts answered with generate's target, engine
+    and sampling, then extracted as the training data is; train validates on the result. The eval and
+    benchmark prompt sets are held out of it, so no evaluation prompt helps pick the checkpoint."""
+    if spec.held_out is None or spec.generate is None:
+        return []
+    answered = {k: v for k, v in spec.generate.items() if k not in _NOT_COPIED_TO_HELD_OUT}
+    params = {**answered, "target": spec.target, "prompts": spec.held_out.prompts, "output": conversations}
+    if spec.held_out.limit is not None:
+        params["limit"] = spec.held_out.limit
+    holdout = _evaluation_prompts(spec)
+    if holdout:
+        params["holdout_prompts"] = holdout
+    return [
+        StepPlan("generate_held_out", "generate", params),
+        StepPlan(
+            "extract_held_out",
+            "extract",
+            {**spec.extract, "target": spec.target, "data": conversations, "output": states},
+            refs={"data": ("generate_held_out", "conversations")},
+        ),
+    ]

@@ -9,7 +9,10 @@ and when the first command's processes did not survive, starts `eyas up` again a
 its failed step (succeeded steps are reused: the product's own retry). Both write the API report.
 
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
-        [--epochs N] [--truncated-answers keep|drop]
+        [--epochs N] [--truncated-answers keep|drop] [--held-out N]
+        # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
+        # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
+        # pipeline's `held_out` set (train validates on it, and takes its estimate and best epoch from it)
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
     python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
                                                         # output, with the pipeline's answer settings
@@ -51,10 +54,15 @@ ANSWER_TOKENS = 384
 
 
 def pipeline_spec(
-    work: Path, mtbench: Path, conversations: int, epochs: int, truncated: str = "keep"
+    work: Path,
+    mtbench: Path,
+    conversations: int,
+    epochs: int,
+    truncated: str = "keep",
+    held_out: Path | None = None,
 ) -> dict[str, Any]:
     engine = {"engine": "sglang", "mem_fraction_static": 0.6, "extra_args": SGLANG_ARGS}
-    return {
+    spec: dict[str, Any] = {
         "template": "eagle3",
         "target": str(work / "smollm2"),
         "workdir": str(work / "runs"),
@@ -94,6 +102,29 @@ def pipeline_spec(
             "launch": {"engine": "sglang", "mem_fraction_static": 0.35, "extra_args": SGLANG_ARGS},
         },
     }
+    if held_out is not None:
+        spec["held_out"] = {"prompts": str(held_out)}
+    return spec
+
+
+def split_mtbench(source: Path, work: Path, held_out: int) -> tuple[Path, Path]:
+    """MT-Bench in two files that share no question: WORK/mtbench_eval.jsonl, the MTBENCH_PROMPTS questions
+    eval and the sweep have asked in every run so far (`max_prompts` takes a categorised set round-robin
+    over its categories: the first question of each), and WORK/mtbench_held_out.jsonl, the next `held_out`
+    questions in the same rotation (categories balanced, as eval's are)."""
+    records = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    queues: dict[Any, list[dict[str, Any]]] = {}
+    for record in records:
+        queues.setdefault(record.get("category"), []).append(record)
+    deepest = max(len(queue) for queue in queues.values())
+    rotation = [queue[d] for d in range(deepest) for queue in queues.values() if d < len(queue)]
+    left = len(rotation) - MTBENCH_PROMPTS
+    if held_out > left:
+        raise SystemExit(f"--held-out {held_out}: MT-Bench has {left} questions besides eval's")
+    evaluated, validated = work / "mtbench_eval.jsonl", work / "mtbench_held_out.jsonl"
+    evaluated.write_text("".join(json.dumps(r) + "\n" for r in rotation[:MTBENCH_PROMPTS]))
+    validated.write_text("".join(json.dumps(r) + "\n" for r in rotation[MTBENCH_PROMPTS:][:held_out]))
+    return evaluated, validated
 
 
 def start(args: argparse.Namespace) -> None:
@@ -107,9 +138,13 @@ def start(args: argparse.Namespace) -> None:
     if not _answers():
         _eyas_up(work, out)
     http = _client(work)
-    mtbench = work / "mtbench.jsonl"  # inside the host's allowed root
-    mtbench.write_bytes(args.mtbench.read_bytes())
-    spec = pipeline_spec(work, mtbench, args.conversations, args.epochs, args.truncated_answers)
+    held_out = None
+    if args.held_out:  # eval and the sweep ask the same 8 questions as before, from a file of their own
+        mtbench, held_out = split_mtbench(args.mtbench, work, args.held_out)
+    else:
+        mtbench = work / "mtbench.jsonl"  # inside the host's allowed root
+        mtbench.write_bytes(args.mtbench.read_bytes())
+    spec = pipeline_spec(work, mtbench, args.conversations, args.epochs, args.truncated_answers, held_out)
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
@@ -160,7 +195,7 @@ def speculators(args: argparse.Namespace) -> None:
     began = time.monotonic()
     while True:
         pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
-        steps = {job["kind"]: job for job in pipeline["jobs"]}
+        steps = {job["pipeline_step"]: job for job in pipeline["jobs"]}  # two generate jobs with held_out
         if steps["gpu_check"]["state"] == "succeeded":
             break
         if pipeline["state"] in ("failed", "cancelled") or time.monotonic() - began > args.deadline_s:
@@ -248,6 +283,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--deadline-s", type=float, default=540)
     parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")
+    parser.add_argument(
+        "--held-out", type=int, default=0, help="MT-Bench questions for the held-out validation set (0: none)"
+    )
     args = parser.parse_args()
     phases = {
         "start": start,

@@ -89,3 +89,22 @@ def test_without_eval_or_sweep_figures_there_is_no_table() -> None:
         acceptance_report({"train": [1], "eval": "text", "benchmark": {"rows": [None, {"steps": "3"}]}})
         is None
     )
+
+
+def test_the_held_out_extraction_s_estimate_is_preferred_and_named() -> None:
+    result = train_result(2)
+    result["epochs"][1] |= {"held_out/est_accept_len_d3": 1.52, "held_out/est_accept_len_d5": 1.49}
+    report = acceptance_report({"train": result, "eval": EVAL})
+    assert report is not None
+    assert {row["depth"]: row["train_estimate"] for row in report["by_depth"]} == {3: 1.52, 5: 1.49}
+    assert report["sources"]["train"].startswith("held_out/est_accept_len_d{N} of the selected checkpoint")
+    split = acceptance_report({"train": train_result(2), "eval": EVAL})
+    assert split is not None
+    assert split["sources"]["train"].startswith("val/est_accept_len_d{N} of the selected checkpoint")
+    # held-out figures of another epoch than the selected one are not taken
+    other = train_result(2)
+    other["epochs"][2] |= {"held_out/est_accept_len_d3": 1.3}
+    report = acceptance_report({"train": other, "eval": EVAL})
+    assert report is not None
+    assert report["by_depth"][0]["train_estimate"] == 1.964
+    assert report["sources"]["train"].startswith("val/")

@@ -225,20 +225,22 @@ def record_server(settings: Settings, job_id: str, host: str, **event: Any) -> s
 
 
 def make_pipeline(settings: Settings, steps: list[tuple[str, str, dict[str, Any]]]) -> tuple[str, list[str]]:
-    """A pipeline row and its step jobs (oldest first), each as (kind, state, extra job fields)."""
+    """A pipeline row and its step jobs (oldest first), each as (kind, state, extra job fields); a job's step
+    is its kind unless the extra fields name one (`pipeline_step`)."""
     pipeline_id = uuid.uuid4()
     with session_scope(settings) as session:
         session.add(Pipeline(id=pipeline_id, template="eagle3", spec={}, host="gpu-h200", retries=0))
     job_ids = []
     for i, (kind, state, extra) in enumerate(steps):
         minutes_ago = extra.pop("minutes_ago", 60 - 5 * i)
+        step = extra.pop("pipeline_step", kind)
         job_ids.append(
             make_job(
                 settings,
                 kind,
                 state,
                 pipeline_id=pipeline_id,
-                pipeline_step=kind,
+                pipeline_step=step,
                 minutes_ago=minutes_ago,
                 **extra,
             )

@@ -186,3 +186,34 @@ def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard,
     expect(page.locator(".job-head .page-head .badge").first).to_have_text("succeeded")
     assert page.get_by_role("button", name="Cancel").count() == 0
     assert dashboard.errors == []
+
+
+def test_a_pipeline_with_two_jobs_of_one_kind_names_them_by_step(
+    dashboard: Dashboard, settings: Settings
+) -> None:
+    failed = {"termination_reason": "NONZERO_EXIT", "message": "no prompts left after the holdout"}
+    pipeline, _ = data.make_pipeline(
+        settings,
+        [
+            ("generate", "succeeded", {"progress": 1.0}),
+            ("generate", "failed", {"pipeline_step": "generate_held_out", **failed}),
+            ("extract", "failed", {"termination_reason": "DEPENDENCY_FAILED"}),
+            (
+                "extract",
+                "failed",
+                {"pipeline_step": "extract_held_out", "termination_reason": "DEPENDENCY_FAILED"},
+            ),
+        ],
+    )
+    page = dashboard.page
+    dashboard.open("#/pipelines")
+    row = page.locator(f"tr[data-pipeline-id='{pipeline}']")
+    expect(row.locator(".step")).to_have_count(4)
+    names = [text.split()[0] for text in row.locator(".step .step-kind").all_inner_texts()]
+    assert names == ["generate", "generate_held_out", "extract", "extract_held_out"]
+    dashboard.open(f"#/pipelines/{pipeline}")
+    expect(page.locator("#pipeline-jobs tbody tr")).to_have_count(4)
+    steps = [cells.split("\t")[0] for cells in page.locator("#pipeline-jobs tbody tr").all_inner_texts()]
+    assert steps == ["1. generate", "2. generate_held_out", "3. extract", "4. extract_held_out"]
+    expect(page.locator(".job-head .notice").first).to_contain_text("no prompts left after the holdout")
+    assert dashboard.errors == []

@@ -1,6 +1,7 @@
 // Pipelines (extract → train → fix_keys → gpu_check → eval → benchmark): the list with each pipeline's steps,
 // and one pipeline watched on one page: its steps, the training curves, the log of the step that is running
-// and the benchmark table at the end.
+// and the benchmark table at the end. Jobs are named by their step (`pipeline_step`), not their kind: a
+// pipeline with a held-out set runs two generate and two extract jobs (generate_held_out, extract_held_out).
 
 import { getOptional, postJson } from "../api.js";
 import { BenchmarkView } from "../benchmark.js";
@@ -16,10 +17,12 @@ const UNAVAILABLE = "This API has no /v1/pipelines (an older eyas): pipelines ca
 const ACTIVE = new Set(["starting", "running", "cancelling"]);
 const ENDED_BADLY = new Set(["failed", "cancelled"]);
 
+const stepName = (job) => job.pipeline_step || job.kind;
+
 function step(job) {
   const running = ACTIVE.has(job.state) && job.progress !== null && job.progress !== undefined;
-  return h("a", { class: `step state-${job.state}`, href: `#/jobs/${job.id}`, title: `${job.kind}: ${job.state}`, dataset: { step: job.kind } },
-    h("span", { class: "step-kind" }, job.kind),
+  return h("a", { class: `step state-${job.state}`, href: `#/jobs/${job.id}`, title: `${stepName(job)} (${job.kind}): ${job.state}`, dataset: { step: stepName(job) } },
+    h("span", { class: "step-kind" }, stepName(job)),
     h("span", { class: "step-state" }, running ? `${job.state} ${Math.round(job.progress * 100)}%` : job.state),
     running ? h("span", { class: "step-progress", style: { width: `${Math.round(job.progress * 100)}%` } }) : null);
 }
@@ -54,7 +57,7 @@ function jobsTable(jobs) {
   return table(["step", "job", "state", "progress", "runtime", "reason / message"], jobs.map((job, i) => {
     const runtime = between(job.running_at || job.started_at, job.finished_at);
     return h("tr", { dataset: { jobId: job.id } },
-      h("td", null, `${i + 1}. ${job.kind}`),
+      h("td", null, `${i + 1}. ${stepName(job)}`),
       h("td", null, jobLink(job.id)),
       h("td", null, stateBadge(job.state)),
       h("td", { class: "cell-bar" }, jobProgress(job)),
@@ -92,9 +95,10 @@ const percent = (value) => (value === null || value === undefined ? "—" : `${v
 function acceptanceTable(acceptance) {
   if (!acceptance?.by_depth?.length) return null;
   const served = acceptance.engine ? `served (${acceptance.engine})` : "served";
+  const estimate = acceptance.sources?.train?.startsWith("held_out/") ? "train estimate (held-out)" : "train estimate";
   return h("div", { class: "panel", id: "acceptance" },
     h("h2", { class: "panel-title" }, "Acceptance length by depth"),
-    table(["depth", "train estimate", "eval", served, "train error", "eval error"],
+    table(["depth", estimate, "eval", served, "train error", "eval error"],
       acceptance.by_depth.map((row) => h("tr", null,
         h("td", { class: "mono" }, String(row.depth)),
         h("td", null, num(row.train_estimate, 2)),
@@ -113,12 +117,12 @@ export function mountOne(root, { id }) {
   const views = { train: null, benchmark: null, log: null, logJob: null };
 
   function watch(jobs) {
-    const train = jobs.find((job) => job.kind === "train" && job.state !== "pending" && job.state !== "queued");
+    const train = jobs.find((job) => stepName(job) === "train" && job.state !== "pending" && job.state !== "queued");
     if (train && views.train?.jobId !== train.id) {
       views.train?.destroy();
       views.train = new MetricsView(plots, train.id);
     }
-    const bench = jobs.find((job) => job.kind === "benchmark");
+    const bench = jobs.find((job) => stepName(job) === "benchmark");
     if (bench && views.benchmark?.jobId !== bench.id) {
       views.benchmark?.destroy();
       views.benchmark = new BenchmarkView(plots, bench.id);
@@ -127,7 +131,7 @@ export function mountOne(root, { id }) {
     if (focus && views.logJob !== focus.id) {
       views.log?.destroy();
       views.logJob = focus.id;
-      const panel = section(h("span", null, `Log · ${focus.kind} `, jobLink(focus.id)));
+      const panel = section(h("span", null, `Log · ${stepName(focus)} `, jobLink(focus.id)));
       replace(logPanel, panel);
       views.log = new LogView(panel, focus.id);
       views.log.start().catch((error) => panel.append(notice(`Log unavailable: ${error.message}`, "error")));
@@ -139,7 +143,7 @@ export function mountOne(root, { id }) {
     const { available, data } = await getOptional(`/v1/pipelines/${id}`);
     if (!available) return replace(head, notice(`No pipeline ${id} (or this API has no pipelines).`, "error"));
     const jobs = data.jobs || [];
-    const failed = data.failed_step ? jobs.find((job) => job.kind === data.failed_step || ENDED_BADLY.has(job.state)) : null;
+    const failed = data.failed_step ? jobs.find((job) => stepName(job) === data.failed_step || ENDED_BADLY.has(job.state)) : null;
     replace(head,
       h("div", { class: "page-head" },
         h("h1", null, `Pipeline `, h("span", { class: "mono muted", title: data.id }, shortId(data.id))),

@@ -1,0 +1,236 @@
+"""A pipeline's held-out validation set (`held_out`): two more steps (generate_held_out, extract_held_out)
+whose extraction train validates on, prompts kept apart from training and from evaluation, and a pipeline
+with two jobs of one kind listed, read, failed and retried by step name. Real database; the steps are
+finished through the lifecycle functions a worker calls (as in test_pipelines_api.py)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from app.artifacts import service as artifacts
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.jobs import lifecycle
+from app.jobs.lifecycle import Outcome
+from app.jobs.states import JobState
+from tests.app.test_jobs_api import register_host
+from tests.app.test_pipeline_acceptance import EVAL, chain_row
+from tests.app.test_pipelines_api import run_step, spec
+
+Headers = dict[str, str]
+STEPS = [
+    "generate",
+    "generate_held_out",
+    "extract",
+    "extract_held_out",
+    "train",
+    "fix_keys",
+    "gpu_check",
+    "eval",
+    "benchmark",
+]
+
+
+def held_out_spec(tmp: str, **extra: Any) -> dict[str, Any]:
+    body = spec(tmp, **extra)
+    del body["data"]
+    body["generate"] = {
+        "prompts": f"{tmp}/train_prompts.jsonl",
+        "engine": {"engine": "reference"},
+        "temperature": 0.0,
+        "max_new_tokens": 64,
+        "limit": 100,
+        "holdout_prompts": [f"{tmp}/other_eval.jsonl"],
+    }
+    body["eval"] = {**body["eval"], "prompts": "mtbench"}
+    body["benchmark"] = {**body["benchmark"], "prompts": f"{tmp}/bench.jsonl"}
+    body["held_out"] = {"prompts": f"{tmp}/traffic.jsonl", "limit": 40}
+    return body
+
+
+def finish(settings: Settings, job_id: str, result: dict[str, Any]) -> None:
+    """run_step with a result: what the stage reported."""
+    with session_scope(settings) as session:
+        lifecycle.claim(session, job_id=uuid.UUID(job_id), host="gpu-a", worker="test")
+    with session_scope(settings) as session:
+        no_pid = 2**22 + 1
+        lifecycle.mark_running(session, job_id=uuid.UUID(job_id), pid=no_pid, pgid=no_pid, create_time=0.0)
+        lifecycle.mark_reaped(session, job_id=uuid.UUID(job_id))
+    with session_scope(settings) as session:
+        lifecycle.finish(
+            session,
+            settings,
+            job_id=uuid.UUID(job_id),
+            outcome=Outcome(JobState.SUCCEEDED, "SUCCEEDED", result=result),
+        )
+
+
+def test_held_out_adds_a_generate_and_an_extract_step_whose_extraction_train_validates_on(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    tmp = str(tmp_path)
+    created = client.post("/v1/pipelines", json=held_out_spec(tmp), headers=admin)
+    assert created.status_code == 201, created.text
+    pipeline = created.json()
+    root = f"{tmp}/runs/{pipeline['id']}"
+    assert [j["pipeline_step"] for j in pipeline["jobs"]] == STEPS
+    assert [j["kind"] for j in pipeline["jobs"]][:5] == [
+        "generate",
+        "generate",
+        "extract",
+        "extract",
+        "train",
+    ]
+    jobs = {j["pipeline_step"]: j for j in pipeline["jobs"]}
+    trained, validated = jobs["generate"]["params"], jobs["generate_held_out"]["params"]
+    # training never sees a validation or evaluation prompt
+    assert trained["holdout_prompts"] == [f"{tmp}/other_eval.jsonl", "mtbench", f"{tmp}/bench.jsonl",
+                                          f"{tmp}/traffic.jsonl"]  # fmt: skip
+    assert (trained["prompts"], trained["limit"]) == (f"{tmp}/train_prompts.jsonl", 100)
+    # the validation set: its own prompts, the same target, engine and answer sampling, no eval prompt in it
+    assert validated["prompts"] == f"{tmp}/traffic.jsonl"
+    assert validated["output"] == f"{root}/held_out.jsonl"
+    assert validated["limit"] == 40
+    assert validated["holdout_prompts"] == ["mtbench", f"{tmp}/bench.jsonl"]
+    assert validated["self_prompts"] is None
+    same = ("target", "engine", "temperature", "top_p", "seed", "max_new_tokens", "multi_turn", "concurrency")
+    assert {k: validated[k] for k in same} == {k: trained[k] for k in same}
+    assert validated["max_new_tokens"] == 64
+    extract, held_out = jobs["extract"]["params"], jobs["extract_held_out"]["params"]
+    assert held_out["data"] == f"{root}/held_out.jsonl"
+    assert held_out["output"] == f"{root}/held_out_states"
+    assert {k: v for k, v in held_out.items() if k not in ("data", "output")} == {
+        k: v for k, v in extract.items() if k not in ("data", "output")
+    }
+    assert extract["data"] == f"{root}/conversations.jsonl"
+    train = jobs["train"]["params"]
+    assert (train["data"], train["held_out_data"]) == (f"{root}/hidden_states", f"{root}/held_out_states")
+    # one chain, one GPU step after the other
+    assert [j["state"] for j in pipeline["jobs"]] == ["queued"] + ["pending"] * 8
+
+
+def test_without_held_out_the_plan_is_as_before(client: TestClient, admin: Headers, tmp_path: Any) -> None:
+    body = held_out_spec(str(tmp_path))
+    del body["held_out"]
+    pipeline = client.post("/v1/pipelines", json=body, headers=admin).json()
+    assert [j["pipeline_step"] for j in pipeline["jobs"]] == [s for s in STEPS if "held_out" not in s]
+    jobs = {j["pipeline_step"]: j for j in pipeline["jobs"]}
+    assert jobs["train"]["params"]["held_out_data"] is None
+    assert f"{tmp_path}/traffic.jsonl" not in jobs["generate"]["params"]["holdout_prompts"]
+
+
+def test_held_out_prompts_must_stay_apart_and_need_generate(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    tmp = str(tmp_path)
+
+    def refused(body: dict[str, Any], words: str) -> None:
+        answer = client.post("/v1/pipelines", json=body, headers=admin)
+        assert answer.status_code == 422, answer.text
+        assert words in answer.text, answer.text
+
+    with_data = spec(tmp, held_out={"prompts": f"{tmp}/traffic.jsonl"})
+    refused(with_data, "held_out needs `generate`")
+    as_training = held_out_spec(tmp)
+    as_training["held_out"]["prompts"] = f"{tmp}/./train_prompts.jsonl"  # the same file, spelled otherwise
+    refused(as_training, "held_out.prompts is also generate.prompts")
+    as_eval = held_out_spec(tmp)
+    as_eval["eval"]["prompts"] = f"{tmp}/traffic.jsonl"
+    refused(as_eval, "held_out.prompts is also eval.prompts")
+    as_bench = held_out_spec(tmp)
+    as_bench["held_out"]["prompts"] = f"{tmp}/bench.jsonl"
+    refused(as_bench, "held_out.prompts is also benchmark.prompts")
+    both = held_out_spec(tmp)
+    both["train"] = {**both["train"], "held_out_data": f"{tmp}/mine"}
+    refused(both, "not both")
+    refused({**held_out_spec(tmp), "held_out": {}}, "prompts")
+    refused({**held_out_spec(tmp), "held_out": {"prompts": f"{tmp}/t.jsonl", "engine": {}}}, "engine")
+    refused({**held_out_spec(tmp), "held_out": {"prompts": "relative.jsonl"}}, "held_out")
+    assert client.get("/v1/jobs", headers=admin).json()["items"] == []
+
+
+def test_two_jobs_of_one_kind_pass_artifacts_fail_and_retry_by_step_name(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    tmp = str(tmp_path)
+    pipeline = client.post("/v1/pipelines", json=held_out_spec(tmp), headers=admin).json()
+    jobs = {j["pipeline_step"]: j for j in pipeline["jobs"]}
+    run_step(settings, jobs["generate"]["id"], artifact=("conversations", f"{tmp}/made/train.jsonl"))
+    run_step(settings, jobs["generate_held_out"]["id"], artifact=("conversations", f"{tmp}/made/held.jsonl"))
+    extract = client.get(f"/v1/jobs/{jobs['extract']['id']}", headers=admin).json()
+    assert (extract["state"], extract["params"]["data"]) == ("queued", f"{tmp}/made/train.jsonl")
+    run_step(settings, jobs["extract"]["id"], artifact=("hidden_states", f"{tmp}/made/hs"))
+    held = client.get(f"/v1/jobs/{jobs['extract_held_out']['id']}", headers=admin).json()
+    assert (held["state"], held["params"]["data"]) == ("queued", f"{tmp}/made/held.jsonl")
+    run_step(settings, jobs["extract_held_out"]["id"], ok=False)
+    failed = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert (failed["state"], failed["failed_step"]) == ("failed", "extract_held_out")
+    assert [j["pipeline_step"] for j in failed["jobs"]] == STEPS  # both generate jobs, both extract jobs
+    listed = client.get("/v1/pipelines", headers=admin).json()
+    assert [j["pipeline_step"] for j in listed[0]["jobs"]] == STEPS
+    assert listed[0]["failed_step"] == "extract_held_out"
+
+    retried = client.post(f"/v1/pipelines/{pipeline['id']}/retry", headers=admin).json()
+    again = {j["pipeline_step"]: j for j in retried["jobs"]}
+    assert [j["pipeline_step"] for j in retried["jobs"]] == STEPS
+    for kept in ("generate", "generate_held_out", "extract"):
+        assert again[kept]["id"] == jobs[kept]["id"]  # succeeded steps are reused, not rerun
+    assert again["extract_held_out"]["id"] != jobs["extract_held_out"]["id"]
+    assert again["extract_held_out"]["state"] == "queued"  # its dependencies already succeeded
+    assert again["extract_held_out"]["params"]["data"] == f"{tmp}/made/held.jsonl"
+    assert retried["state"] == "queued"
+    run_step(settings, again["extract_held_out"]["id"], artifact=("hidden_states", f"{tmp}/made/held_hs"))
+    train = client.get(f"/v1/jobs/{again['train']['id']}", headers=admin).json()
+    assert train["state"] == "queued"
+    assert (train["params"]["data"], train["params"]["held_out_data"]) == (
+        f"{tmp}/made/hs",
+        f"{tmp}/made/held_hs",
+    )
+
+
+def test_the_acceptance_table_takes_the_held_out_estimate(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    register_host(settings, "gpu-a")
+    tmp = str(tmp_path)
+    pipeline = client.post("/v1/pipelines", json=held_out_spec(tmp), headers=admin).json()
+    produced = {
+        "generate": ("conversations", f"{tmp}/c.jsonl"),
+        "generate_held_out": ("conversations", f"{tmp}/h.jsonl"),
+        "extract": ("hidden_states", f"{tmp}/hs"),
+        "extract_held_out": ("hidden_states", f"{tmp}/hhs"),
+        "fix_keys": ("sglang_checkpoint", f"{tmp}/draft"),
+    }
+    epoch = {"epoch": 1, "val/est_accept_len_d2": 2.4, "held_out/est_accept_len_d2": 1.8}
+    results = {
+        "train": {"epochs": [epoch], "best": {"epoch": 1, "checkpoint": "/e1"}, "selected": "/e1"},
+        "eval": {"depths": [{**EVAL["depths"][0], "depth": 2}]},
+        "benchmark": {"engine": "reference", "rows": [chain_row(2, 1.5)]},
+    }
+    for job in pipeline["jobs"]:
+        step = job["pipeline_step"]
+        if step == "train":
+            with session_scope(settings) as session:
+                artifacts.record_artifact(
+                    session,
+                    job_id=uuid.UUID(job["id"]),
+                    host="gpu-a",
+                    kind="best_drafter",
+                    path="/e1",
+                    meta={},
+                )
+        if step in produced:
+            run_step(settings, job["id"], artifact=produced[step])
+        else:
+            finish(settings, job["id"], results.get(step, {}))
+    done = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert done["state"] == "succeeded", done
+    acceptance = done["acceptance"]
+    assert acceptance["sources"]["train"].startswith("held_out/est_accept_len_d{N}")
+    row = acceptance["by_depth"][0]
+    assert (row["depth"], row["train_estimate"], row["served"]) == (2, 1.8, 1.5)
+    assert row["train_error"] == round((1.8 - 1.5) / 1.5, 4)

@@ -58,6 +58,44 @@ def open_extraction(folder: Path, target_config: dict[str, Any]) -> Extraction:
     return Extraction(Path(folder), manifest, seq_lens, read_token_freq(folder))
 
 
+def open_held_out(folder: Path, target_config: dict[str, Any], training: Extraction) -> Extraction:
+    """An extraction of prompts kept out of training, to validate on: a finished one of the same target that
+    the drafter reads as it reads the training one (aux layers, hidden size, tokenizer), with samples."""
+    try:
+        held_out = open_extraction(folder, target_config)
+    except ExtractionMismatch as exc:
+        raise ExtractionMismatch(f"held_out_data {folder}: {exc}") from None
+    ours, theirs = held_out.manifest, training.manifest
+    pairs = {
+        "aux_layers": (held_out.aux_layers, training.aux_layers),
+        "hidden_size": (held_out.hidden_size, training.hidden_size),
+        "tokenizer_sha256": (_tokenizer_hash(ours), _tokenizer_hash(theirs)),
+    }
+    problems = [
+        f"{key} {mine} in the held-out extraction, {train} in the training one"
+        for key, (mine, train) in pairs.items()
+        if mine != train
+    ]
+    if problems:
+        raise ExtractionMismatch(
+            f"held_out_data {folder} does not match the training extraction {training.folder}: "
+            + "; ".join(problems)
+        )
+    if ours.get("fingerprint") == theirs.get("fingerprint"):
+        raise ExtractionMismatch(
+            f"held_out_data {folder} is an extraction of the training data itself ({training.folder}): "
+            "its prompts are not kept out of training"
+        )
+    if not held_out.seq_lens:
+        raise ExtractionMismatch(f"held_out_data {folder} holds no samples: nothing to validate on")
+    return held_out
+
+
+def _tokenizer_hash(manifest: dict[str, Any]) -> Any:
+    inputs = manifest.get("inputs")
+    return inputs.get("tokenizer_sha256") if isinstance(inputs, dict) else None
+
+
 def _mismatches(manifest: dict[str, Any], target_config: dict[str, Any]) -> list[str]:
     text, stored = text_config(target_config), manifest["target"]
     problems = [

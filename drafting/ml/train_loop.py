@@ -36,6 +36,15 @@ class Reporter(Protocol):
     def cancel_requested(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class ValidationSet:
+    """Samples validated after every epoch; their metrics are reported as `{name}/...`."""
+
+    name: str  # "val": the split of the training data; "held_out": an extraction of prompts kept out
+    dataset: HiddenStateDataset
+    rows: list[int]
+
+
 @dataclass
 class LoopPlan:
     dataset: HiddenStateDataset
@@ -55,6 +64,13 @@ class LoopPlan:
     accept_depths: tuple[int, ...] = ACCEPT_DEPTHS
     # sequence packing: rows of up to this many tokens, several samples each (None: one sample per row)
     pack_len: int | None = None
+    # an extraction of prompts kept out of training, validated beside the split (held_out/... metrics)
+    held_out: ValidationSet | None = None
+
+    def validation_sets(self) -> list[ValidationSet]:
+        """What is validated after every epoch: the split (when there is one), then the held-out set."""
+        split = [ValidationSet("val", self.dataset, self.val_rows)] if self.val_rows else []
+        return split + ([self.held_out] if self.held_out is not None else [])
 
     def unpacked_batches(self, epoch: int, rank: int, world: int) -> list[list[int]]:
         """This rank's batches of an epoch, one sample per row."""
@@ -243,7 +259,8 @@ def _end_of_epoch(
     reporter: Reporter,
     epoch_stats: torch.Tensor | None,
 ) -> dict[str, float]:
-    """Epoch metrics: the epoch's training statistics (train_epoch/...) and validation (val/...).
+    """Epoch metrics: the epoch's training statistics (train_epoch/...) and validation (val/... on the split,
+    held_out/... on the held-out extraction).
 
     After a resume mid-epoch, train_epoch/ covers the part of the epoch this run trained."""
     summary: dict[str, float] = {"epoch": float(position.epoch + 1)}
@@ -253,18 +270,32 @@ def _end_of_epoch(
         for name, value in summarise(epoch_stats, trainer.step_weights, plan.accept_depths).items():
             reporter.metric(f"train_epoch/{name}", value, position.global_step)
             summary[f"train_epoch/{name}"] = value
-    if not plan.val_rows:
-        return summary
-    batches = [plan.val_rows[i : i + plan.batch_size] for i in range(0, len(plan.val_rows), plan.batch_size)]
+    for validation in plan.validation_sets():
+        summary.update(_validate(trainer, plan, validation, position, reporter))
+    return summary
+
+
+def _validate(
+    trainer: Trainer, plan: LoopPlan, validation: ValidationSet, position: RunPosition, reporter: Reporter
+) -> dict[str, float]:
+    """Metrics on a validation set, reported as `{name}/...` and returned under those names. Each rank takes
+    every world-th batch; the sums are added up over the ranks."""
+    rows, size = validation.rows, plan.batch_size
+    batches = [rows[i : i + size] for i in range(0, len(rows), size)]
     ranks = trainer.ranks
     mine = batches[ranks.rank :: ranks.world]
-    loader = batch_loader(plan.dataset, mine, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple)
-    sums = trainer.evaluate(loader)
-    for name, value in summarise(sums, trainer.step_weights, plan.accept_depths).items():
-        reporter.metric(f"val/{name}", value, position.global_step)
-        summary[f"val/{name}"] = value
-    reporter.log(
-        f"epoch {position.epoch + 1}: val loss {summary['val/loss']:.4f} acc_0 {summary['val/acc_0']:.3f} "
-        f"est. acceptance length {summary['val/est_accept_len']:.2f}"
+    loader = batch_loader(
+        validation.dataset, mine, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple
     )
-    return summary
+    sums = trainer.evaluate(loader)
+    prefix = validation.name
+    metrics: dict[str, float] = {}
+    for name, value in summarise(sums, trainer.step_weights, plan.accept_depths).items():
+        reporter.metric(f"{prefix}/{name}", value, position.global_step)
+        metrics[f"{prefix}/{name}"] = value
+    reporter.log(
+        f"epoch {position.epoch + 1}: {prefix} loss {metrics[f'{prefix}/loss']:.4f} "
+        f"acc_0 {metrics[f'{prefix}/acc_0']:.3f} "
+        f"est. acceptance length {metrics[f'{prefix}/est_accept_len']:.2f}"
+    )
+    return metrics

@@ -7,8 +7,6 @@ training state.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +16,9 @@ import torch
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
 from drafting.ml import distributed
-from drafting.ml.checkpoint_choice import choose
 from drafting.ml.distributed import Ranks
 from drafting.ml.drafter import Eagle3Drafter, save_drafter
-from drafting.ml.objective import ACCEPT_DEPTHS, ACCEPT_FORMULA
+from drafting.ml.objective import ACCEPT_DEPTHS
 from drafting.ml.target_head import TargetHead, TargetWeightsError, load_target_head
 from drafting.ml.train_data import (
     Extraction,
@@ -29,10 +26,11 @@ from drafting.ml.train_data import (
     HiddenStateDataset,
     epoch_plan,
     open_extraction,
+    open_held_out,
     run_steps,
     split_indices,
 )
-from drafting.ml.train_loop import LoopPlan, run_training
+from drafting.ml.train_loop import LoopPlan, ValidationSet, run_training
 from drafting.ml.train_state import STATE_FILE, RunPosition, load_state, restore, save_state
 from drafting.ml.trainer import (
     NonFiniteLoss,
@@ -44,11 +42,11 @@ from drafting.ml.trainer import (
 )
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
+from drafting.stages._train_record import record_epoch, train_result
 from drafting.stages.base import StageCancelled, StageContext, StageError
 from drafting.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-RUN_FILE = "run.json"
 # Batches are padded to a multiple of FlexAttention's block size on a GPU: fewer distinct shapes for the
 # compiled kernels (dynamo turns to dynamic shapes after the first few), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
@@ -122,19 +120,24 @@ class _Run:
         save_drafter(self.drafter, folder, target_config=self.inputs.target_config)
         meta = {"epoch": epoch + 1, "global_step": self.position.global_step, **summary}
         self.ctx.artifact("drafter", folder, meta)
-        _record_epoch(self.inputs.output, self.params, summary)
+        record_epoch(self.inputs.output, self.params, summary)
         return folder
 
 
 def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
     ctx = quiet_unless_main(ctx, ranks)
     inputs = _resolve(params, ranks)
-    extraction, head = _open_inputs(inputs)
+    extraction, held_out, head = _open_inputs(inputs, params)
     fingerprint = {
         "extraction": extraction.manifest["fingerprint"],
         **{name: getattr(params, name) for name in _RUN_DEFINING},
         "ranks": ranks.world,
         **({"pack": True} if params.pack else {}),  # absent when off: states saved before `pack` still resume
+        # The held-out set changes no weight, but the best epoch is chosen by comparing every recorded
+        # epoch's held_out/ estimate, across the jobs of a run: epochs scored on other prompts (or on none)
+        # are not comparable, so a resume with another held-out extraction, or without it, is refused.
+        # Absent without one: runs that use none (and states saved before this) keep their fingerprint.
+        **({"held_out": held_out.manifest["fingerprint"]} if held_out else {}),
     }
     state = _previous_run(params, inputs.output, fingerprint)
     drafter = _build_drafter(params, inputs, extraction, head, state)
@@ -144,6 +147,13 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
             "no training samples left after the validation split", reason=TerminationReason.DATA_MISMATCH
         )
     plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks)
+    if held_out is not None:
+        plan.held_out = ValidationSet(
+            "held_out", HiddenStateDataset(held_out, params.max_len), list(range(len(held_out.seq_lens)))
+        )
+        ctx.log(
+            f"validating every epoch also on {len(held_out.seq_lens)} held-out samples from {held_out.folder}"
+        )
     settings = _optim_settings(params, plan.total_steps)
     optimizer, scheduler = make_optimizer(drafter, settings, inputs.device)
     position = (
@@ -169,7 +179,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
     _fit(run, trainer, plan)
     if not ranks.is_main:
         return {"rank": ranks.rank}
-    return _result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
+    return train_result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
 
 
 def _optim_settings(params: TrainParams, total_steps: int) -> OptimSettings:
@@ -223,11 +233,13 @@ def _resolve(params: TrainParams, ranks: Ranks) -> _Inputs:
     )
 
 
-def _open_inputs(inputs: _Inputs) -> tuple[Extraction, TargetHead]:
+def _open_inputs(inputs: _Inputs, params: TrainParams) -> tuple[Extraction, Extraction | None, TargetHead]:
+    """The training extraction, the held-out one (held_out_data, checked against both), the target's head."""
     try:
-        return open_extraction(inputs.data, inputs.target_config), load_target_head(
-            inputs.target, inputs.target_config
-        )
+        extraction = open_extraction(inputs.data, inputs.target_config)
+        folder = params.held_out_data
+        held_out = open_held_out(Path(folder), inputs.target_config, extraction) if folder else None
+        return extraction, held_out, load_target_head(inputs.target, inputs.target_config)
     except (ExtractionMismatch, TargetWeightsError) as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
 
@@ -333,67 +345,3 @@ def _loop_plan(
         accept_depths=tuple(sorted({*ACCEPT_DEPTHS, params.choice_depth})),
         pack_len=pack_len,
     )
-
-
-def _record_epoch(output: Path, params: TrainParams, summary: dict[str, float]) -> None:
-    path = output / RUN_FILE
-    record = _read_run(output) or {"params": params.model_dump(), "epochs": []}
-    epochs: list[dict[str, float]] = record["epochs"]
-    record["epochs"] = [e for e in epochs if e.get("epoch") != summary["epoch"]] + [summary]
-    path.write_text(json.dumps(record, indent=2) + "\n")
-
-
-def _read_run(output: Path) -> dict[str, Any] | None:
-    path = output / RUN_FILE
-    return read_user_json_object(path, Cap.CONFIG, RUN_FILE) if os.path.lexists(path) else None
-
-
-def _result(
-    ctx: StageContext,
-    output: Path,
-    position: RunPosition,
-    params: TrainParams,
-    drafter: Eagle3Drafter,
-    *,
-    total_steps: int,
-) -> dict[str, Any]:
-    last = output / f"epoch_{position.epoch}" if position.epoch else None
-    record = _read_run(output) or {"epochs": []}
-    completed = position.epoch >= params.epochs
-    # A max_steps stop ends the job but not the planned run: its progress is the share of planned steps done,
-    # so a dashboard does not show a partial run as complete (resuming with a larger max_steps continues it).
-    stopped = (
-        f"stopped at max_steps={params.max_steps}: {position.global_step} of {total_steps} planned steps"
-    )
-    ctx.progress(
-        1.0 if completed else min(1.0, position.global_step / max(1, total_steps)),
-        "done" if completed else stopped,
-    )
-    return {
-        "completed": completed,
-        "total_steps": total_steps,
-        "output": str(output),
-        "checkpoint": str(last) if last else None,
-        "epochs_done": position.epoch,
-        "global_step": position.global_step,
-        "draft_vocab_size": params.draft_vocab_size,
-        "aux_layers": drafter.aux_layers,
-        "epochs": record["epochs"],
-        **_hand_on(ctx, output, params, record["epochs"]),
-        "accept_formula": ACCEPT_FORMULA,
-    }
-
-
-def _hand_on(
-    ctx: StageContext, output: Path, params: TrainParams, epochs: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The checkpoint the run hands on, as its own artifact kind (a pipeline's fix_keys reads it), and the
-    result's fields about it. Recorded at the end of every call, so a resumed or retried job names it too,
-    with the epochs earlier jobs trained weighed (run.json keeps them)."""
-    choice = choose(epochs, depth=params.choice_depth, keep=params.keep)
-    if choice is None:
-        return {"best": None, "keep": params.keep, "selected": None}
-    best = choice.best and {**choice.best, "checkpoint": str(output / f"epoch_{choice.best['epoch']}")}
-    selected = output / f"epoch_{choice.epoch}"
-    ctx.artifact("best_drafter", selected, {"epoch": choice.epoch, "keep": choice.keep, "best": best})
-    return {"best": best, "keep": params.keep, "selected": str(selected)}

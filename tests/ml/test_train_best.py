@@ -53,8 +53,8 @@ def test_choose_weighs_every_recorded_epoch() -> None:
     assert best is not None
     assert last is not None
     assert unvalidated is not None
-    assert best.best == {"epoch": 2, "est_accept_len": pytest.approx(2.7), "depth": 2}
-    assert (last.epoch, last.best) == (3, {"epoch": 1, "est_accept_len": 2.0, "depth": 5})
+    assert best.best == {"epoch": 2, "est_accept_len": pytest.approx(2.7), "depth": 2, "source": "val"}
+    assert (last.epoch, last.best) == (3, {"epoch": 1, "est_accept_len": 2.0, "depth": 5, "source": "val"})
     assert (unvalidated.epoch, unvalidated.best) == (2, None)
     assert choose([], depth=5, keep="best") is None
 
@@ -106,7 +106,8 @@ def test_a_run_whose_best_epoch_is_not_the_last_hands_on_the_best(
     estimates = [e["val/est_accept_len_d5"] for e in result["epochs"]]
     assert estimates[0] > max(estimates[1:]) + 0.1, estimates  # the best epoch is the first, not the last
     assert result["best"] == {
-        "epoch": 1, "est_accept_len": estimates[0], "depth": 5, "checkpoint": str(output / "epoch_1"),
+        "epoch": 1, "est_accept_len": estimates[0], "depth": 5, "source": "val",
+        "checkpoint": str(output / "epoch_1"),
     }  # fmt: skip
     assert result["selected"] == str(output / "epoch_1")
     assert result["checkpoint"] == str(output / "epoch_3")  # still the last epoch's, as before

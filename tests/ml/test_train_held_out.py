@@ -1,0 +1,217 @@
+"""The train stage validating on a held-out extraction (held_out_data): held_out/ metrics every epoch, the
+best epoch chosen by them, and held-out extractions the drafter could not read refused."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contract.params.extract import ExtractParams
+from contract.reasons import TerminationReason
+from drafting.ml.checkpoint_choice import choose
+from drafting.ml.hidden_store import read_manifest
+from drafting.ml.train_state import load_state
+from drafting.stages import extract, train
+from drafting.stages.base import RecordingSink, StageContext, StageError
+from tests.ml.tiny import WORDS, cpu_train_params, random_target, successor_target, write_jsonl
+
+TRAIN_WORDS, HELD_OUT_WORDS = WORDS[:20], WORDS[20:]  # the held-out prompts' style differs from training's
+
+
+def _extract(root: Path, target: Path, name: str, pool: list[str], n: int, seed: int, **values: Any) -> Path:
+    """An extraction of `n` two-turn conversations whose words all come from `pool`."""
+    rng = random.Random(seed)
+
+    def text() -> str:
+        return " ".join(rng.choice(pool) for _ in range(12))
+
+    chats = [
+        {"messages": [{"role": role, "content": text()} for role in ("user", "assistant") * 2]}
+        for _ in range(n)
+    ]
+    data = write_jsonl(root / f"{name}.jsonl", chats)
+    output = root / name
+    params = ExtractParams(
+        target=str(target), data=str(data), output=str(output), device="cpu", dtype="float32", max_len=96,
+        **values,
+    )  # fmt: skip
+    extract.run(StageContext(work_dir=root), params)
+    return output
+
+
+@pytest.fixture(scope="module")
+def extractions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The successor target, a training extraction of its first 20 words and a held-out one of the others."""
+    root = tmp_path_factory.mktemp("held_out")
+    target = successor_target(root / "target")
+    return {
+        "target": target,
+        "data": _extract(root, target, "train", TRAIN_WORDS, 40, seed=1),
+        "held_out": _extract(root, target, "held_out", HELD_OUT_WORDS, 12, seed=2),
+    }
+
+
+def _params(x: dict[str, Path], output: Path, **overrides: Any) -> Any:
+    values = {
+        "epochs": 3, "ttt_steps": 3, "batch_size": 2, "lr": 1e-2, "warmup_steps": 0, "schedule": "constant",
+        "draft_vocab_size": 48, "val_fraction": 0.2, "init_lm_head": "random",
+        "held_out_data": str(x["held_out"]), **overrides,
+    }  # fmt: skip
+    return cpu_train_params(x["target"], x["data"], output, **values)
+
+
+def _run(params: Any) -> tuple[dict[str, Any], RecordingSink]:
+    sink = RecordingSink()
+    return train.run(StageContext(work_dir=Path(params.output).parent, sink=sink), params), sink
+
+
+def test_choose_prefers_the_held_out_estimate_over_the_split() -> None:
+    epochs = [
+        {"epoch": 1.0, "val/est_accept_len_d3": 2.5, "held_out/est_accept_len_d3": 1.2},
+        {"epoch": 2.0, "val/est_accept_len_d3": 2.1, "held_out/est_accept_len_d3": 1.4},
+        {"epoch": 3.0, "val/est_accept_len_d3": 2.0, "held_out/est_accept_len_d3": 1.3},
+    ]
+    chosen = choose(epochs, depth=3, keep="best")
+    split_only = choose(
+        [{k: v for k, v in e.items() if not k.startswith("held_out/")} for e in epochs], depth=3, keep="best"
+    )
+    assert chosen is not None
+    assert split_only is not None
+    assert (chosen.epoch, chosen.best) == (
+        2,
+        {"epoch": 2, "est_accept_len": 1.4, "depth": 3, "source": "held_out"},
+    )
+    assert (split_only.epoch, split_only.best) == (
+        1,
+        {"epoch": 1, "est_accept_len": 2.5, "depth": 3, "source": "val"},
+    )
+    # no split (val_fraction 0): the held-out estimate alone still picks; an older record from full_acc_k
+    older = [{"epoch": 1.0, "held_out/full_acc_0": 0.5, "held_out/full_acc_1": 0.25}, {"epoch": 2.0}]
+    picked = choose(older, depth=2, keep="best")
+    assert picked is not None
+    assert picked.best == {
+        "epoch": 1,
+        "est_accept_len": 1.75,
+        "depth": 2,
+        "source": "held_out",
+    }
+
+
+def test_a_run_validates_on_the_held_out_extraction_and_picks_its_best_epoch_by_it(
+    extractions: dict[str, Path], tmp_path: Path
+) -> None:
+    output = tmp_path / "run"
+    result, sink = _run(_params(extractions, output))
+    epochs = result["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    for epoch in epochs:  # the same metrics as the split's, under held_out/
+        val = {k.removeprefix("val/") for k in epoch if k.startswith("val/")}
+        held_out = {k.removeprefix("held_out/") for k in epoch if k.startswith("held_out/")}
+        assert held_out == val
+        assert {"loss", "acc_0", "full_acc_2", "est_accept_len", "est_accept_len_d3"} <= held_out
+    reported = [e for e in sink.of_type("metric") if e["name"] == "held_out/est_accept_len_d3"]
+    assert [e["value"] for e in reported] == [e["held_out/est_accept_len_d3"] for e in epochs]
+    # Trained on the first 20 words, the drafter predicts their successors well and the others' badly: the
+    # split (same words as training) overstates acceptance on the held-out prompts.
+    last = epochs[-1]
+    assert last["val/acc_0"] > 0.8, last
+    assert last["held_out/acc_0"] < last["val/acc_0"] - 0.3, last
+    assert last["held_out/est_accept_len_d3"] < last["val/est_accept_len_d3"] - 0.5, last
+    # the best epoch: the highest held-out estimate at depth 3 (ties to the later epoch). Here the split's
+    # estimate rises every epoch (it would hand on epoch 3) while the held-out one does not: they disagree.
+    estimates = [e["held_out/est_accept_len_d3"] for e in epochs]
+    split = [e["val/est_accept_len_d3"] for e in epochs]
+    assert split == sorted(split), split
+    assert split[-1] > split[0] + 1.0, split
+    best = max(range(3), key=lambda i: (estimates[i], i)) + 1
+    assert best != 3, estimates
+    assert result["best"] == {
+        "epoch": best, "est_accept_len": estimates[best - 1], "depth": 3, "source": "held_out",
+        "checkpoint": str(output / f"epoch_{best}"),
+    }  # fmt: skip
+    assert result["selected"] == str(output / f"epoch_{best}")
+    handed_on = [e["path"] for e in sink.of_type("artifact") if e["kind"] == "best_drafter"]
+    assert handed_on == [str(output / f"epoch_{best}")]
+    recorded = json.loads((output / "run.json").read_text())["epochs"]
+    assert [e["held_out/est_accept_len_d3"] for e in recorded] == estimates
+    # the held-out set is part of the run's definition: its epochs are compared with each other
+    state = load_state(output)
+    assert state is not None
+    assert state["fingerprint"]["held_out"] == read_manifest(extractions["held_out"])["fingerprint"]
+    with pytest.raises(StageError) as caught:
+        _run(_params(extractions, output, held_out_data=None))
+    assert (caught.value.reason, caught.value.details["changed"]) == (
+        TerminationReason.DATA_MISMATCH,
+        ["held_out"],
+    )
+    again, _ = _run(_params(extractions, output))  # the same held-out set: the finished run answers again
+    assert again["best"] == result["best"]
+
+
+def test_without_a_held_out_set_the_split_chooses_and_the_fingerprint_is_unchanged(
+    extractions: dict[str, Path], tmp_path: Path
+) -> None:
+    output = tmp_path / "run"
+    result, sink = _run(_params(extractions, output, epochs=1, held_out_data=None))
+    assert not [e for e in sink.of_type("metric") if e["name"].startswith("held_out/")]
+    assert result["best"]["source"] == "val"
+    assert result["best"]["est_accept_len"] == result["epochs"][0]["val/est_accept_len_d3"]
+    state = load_state(output)
+    assert state is not None
+    assert "held_out" not in state["fingerprint"]  # states saved before held_out_data existed still resume
+
+
+def test_with_no_split_the_held_out_set_alone_validates_and_chooses(
+    extractions: dict[str, Path], tmp_path: Path
+) -> None:
+    result, sink = _run(_params(extractions, tmp_path / "run", epochs=1, val_fraction=0.0))
+    names = {e["name"] for e in sink.of_type("metric")}
+    assert "held_out/est_accept_len_d3" in names
+    assert not [n for n in names if n.startswith("val/")]
+    epoch = result["epochs"][0]
+    assert result["best"]["source"] == "held_out"
+    assert result["best"]["est_accept_len"] == epoch["held_out/est_accept_len_d3"]
+    assert 1.0 <= epoch["held_out/est_accept_len_d3"] <= 4.0
+
+
+def _empty_copy(extraction: Path, folder: Path) -> Path:
+    from datasets import load_from_disk
+
+    load_from_disk(str(extraction)).select([]).save_to_disk(str(folder), num_shards=1)
+    for name in ("eyas_manifest.json", "token_freq.pt"):
+        shutil.copy(extraction / name, folder / name)
+    (folder / "hidden_states").mkdir()
+    manifest = json.loads((folder / "eyas_manifest.json").read_text())
+    manifest["fingerprint"] = "another"
+    (folder / "eyas_manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_a_held_out_extraction_the_drafter_cannot_read_is_refused(
+    extractions: dict[str, Path], tmp_path: Path
+) -> None:
+    target = extractions["target"]
+    other_layers = _extract(tmp_path, target, "layers", HELD_OUT_WORDS, 4, seed=3, aux_layers=[1, 3, 6])
+    other = random_target(
+        tmp_path / "other-target", hidden_size=48, num_attention_heads=4, num_key_value_heads=2
+    )
+    other_target = _extract(tmp_path, other, "other", HELD_OUT_WORDS, 4, seed=3)
+    cases = {
+        other_layers: f"does not match the training extraction {extractions['data']}: "
+        "aux_layers [1, 3, 6] in the held-out extraction, [2, 4, 5] in the training one",
+        other_target: "hidden_size 48 in the extraction, 64 in the target",
+        extractions["data"]: "is an extraction of the training data itself",
+        _empty_copy(extractions["held_out"], tmp_path / "empty"): "holds no samples",
+    }
+    for folder, message in cases.items():
+        with pytest.raises(StageError) as caught:
+            _run(_params(extractions, tmp_path / f"run-{folder.name}", held_out_data=str(folder)))
+        assert caught.value.reason == TerminationReason.DATA_MISMATCH
+        assert f"held_out_data {folder}" in caught.value.message
+        assert message in caught.value.message
+        assert not (tmp_path / f"run-{folder.name}" / "run.json").exists()  # refused before any training

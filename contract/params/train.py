@@ -53,6 +53,13 @@ class TrainParams(DataParallelParams):
         "target", description="start lm_head from the target's rows for the draft vocab, or at random"
     )
     val_fraction: float = Field(0.05, ge=0, le=0.5, description="samples held out for validation")
+    train_samples: int | None = Field(
+        None,
+        ge=1,
+        description="train on only this many of the training samples (after the validation split; a seeded "
+        "choice in which a smaller count's samples are among a larger one's), for curves of acceptance "
+        "against data size; null: all",
+    )
     held_out_data: HostPath | None = Field(
         None,
         description="an extract stage's output (same target and aux layers) made from prompts kept out of "

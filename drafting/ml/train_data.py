@@ -120,6 +120,16 @@ def split_indices(count: int, val_fraction: float, seed: int) -> tuple[list[int]
     return sorted(order[held_out:]), sorted(order[:held_out])
 
 
+def training_subset(train_rows: list[int], count: int | None, seed: int) -> list[int]:
+    """`count` of `train_rows` (all when None or more): the first of a seeded shuffle, so for one seed a
+    smaller count's rows are among a larger one's (a data-size curve grows one set of samples)."""
+    if count is None or count >= len(train_rows):
+        return train_rows
+    order = list(train_rows)
+    random.Random(f"train_samples:{seed}").shuffle(order)
+    return sorted(order[:count])
+
+
 def epoch_batches(
     indices: list[int],
     seq_lens: list[int],

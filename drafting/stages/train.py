@@ -29,6 +29,7 @@ from drafting.ml.train_data import (
     open_held_out,
     run_steps,
     split_indices,
+    training_subset,
 )
 from drafting.ml.train_loop import LoopPlan, ValidationSet, run_training
 from drafting.ml.train_state import STATE_FILE, RunPosition, load_state, restore, save_state
@@ -133,6 +134,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         **{name: getattr(params, name) for name in _RUN_DEFINING},
         "ranks": ranks.world,
         **({"pack": True} if params.pack else {}),  # absent when off: states saved before `pack` still resume
+        **({"train_samples": params.train_samples} if params.train_samples is not None else {}),  # likewise
         # The held-out set changes no weight, but the best epoch is chosen by comparing every recorded
         # epoch's held_out/ estimate, across the jobs of a run: epochs scored on other prompts (or on none)
         # are not comparable, so a resume with another held-out extraction, or without it, is refused.
@@ -142,10 +144,13 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
     state = _previous_run(params, inputs.output, fingerprint)
     drafter = _build_drafter(params, inputs, extraction, head, state)
     train_rows, val_rows = split_indices(len(extraction.seq_lens), params.val_fraction, params.seed)
+    train_rows = training_subset(train_rows, params.train_samples, params.seed)
     if not train_rows:
         raise StageError(
             "no training samples left after the validation split", reason=TerminationReason.DATA_MISMATCH
         )
+    if params.train_samples is not None:
+        ctx.log(f"training on {len(train_rows)} samples (train_samples {params.train_samples})")
     plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks)
     if held_out is not None:
         plan.held_out = ValidationSet(
@@ -179,7 +184,9 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
     _fit(run, trainer, plan)
     if not ranks.is_main:
         return {"rank": ranks.rank}
-    return train_result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
+    result = train_result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
+    held = len(held_out.seq_lens) if held_out is not None else None
+    return {**result, "samples": {"train": len(train_rows), "val": len(val_rows), "held_out": held}}
 
 
 def _optim_settings(params: TrainParams, total_steps: int) -> OptimSettings:

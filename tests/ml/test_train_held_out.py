@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
 from drafting.ml.checkpoint_choice import choose
 from drafting.ml.hidden_store import read_manifest
+from drafting.ml.train_data import training_subset
 from drafting.ml.train_state import load_state
 from drafting.stages import extract, train
 from drafting.stages.base import RecordingSink, StageContext, StageError
@@ -215,3 +218,64 @@ def test_a_held_out_extraction_the_drafter_cannot_read_is_refused(
         assert f"held_out_data {folder}" in caught.value.message
         assert message in caught.value.message
         assert not (tmp_path / f"run-{folder.name}" / "run.json").exists()  # refused before any training
+
+
+def test_training_subsets_of_one_seed_are_nested_and_sorted() -> None:
+    rows = list(range(0, 200, 2))
+    small, large = training_subset(rows, 10, seed=4), training_subset(rows, 40, seed=4)
+    assert len(small) == 10
+    assert len(large) == 40
+    assert set(small) <= set(large), "a data-size curve grows one set of samples"
+    assert small == sorted(small)
+    assert set(large) <= set(rows)
+    assert training_subset(rows, None, seed=4) == rows
+    assert training_subset(rows, 500, seed=4) == rows
+    assert training_subset(rows, 10, seed=5) != small, "another seed, other samples"
+
+
+def test_train_samples_trains_on_that_many_and_keeps_the_validation_rows(
+    extractions: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full, _ = _run(_params(extractions, tmp_path / "full", epochs=1))
+    some, _ = _run(_params(extractions, tmp_path / "some", epochs=1, train_samples=10))
+    assert full["samples"] == {"train": 32, "val": 8, "held_out": 12}
+    assert some["samples"] == {"train": 10, "val": 8, "held_out": 12}
+    assert some["total_steps"] == 5  # 10 samples in batches of 2
+    assert full["total_steps"] == 16
+    assert load_state(tmp_path / "some")["fingerprint"]["train_samples"] == 10
+    assert "train_samples" not in load_state(tmp_path / "full")["fingerprint"]
+    assert "training on 10 samples (train_samples 10)" in capsys.readouterr().out
+
+
+def test_recipes_bench_trains_variants_side_by_side_on_one_extraction(
+    extractions: dict[str, Path], tmp_path: Path
+) -> None:
+    """bench/gpu/recipes.py on the CPU: two variants at once, each in its own process, every epoch's
+    held-out and split estimates reported (a plumbing check of the script; the GPU run is what it is for)."""
+    base = {"epochs": 2, "ttt_steps": 3, "batch_size": 2, "lr": 1e-2, "warmup_steps": 0, "max_len": 96,
+            "draft_vocab_size": 48, "val_fraction": 0.2, "device": "cpu", "dtype": "float32",
+            "loader_workers": 0, "init_lm_head": "random"}  # fmt: skip
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "recipes.py"
+    command = [
+        sys.executable,
+        str(script),
+        str(extractions["data"]),
+        str(extractions["target"]),
+        str(tmp_path),
+    ]
+    command += ["--held-out", str(extractions["held_out"]), "--parallel", "2", "--base", json.dumps(base)]
+    command += ["--variant", "all={}", "--variant", 'few={"train_samples": 8}']
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "recipes.json").read_text())
+    assert set(report["variants"]) == {"all", "few"}
+    for name, run in report["variants"].items():
+        assert run["returncode"] == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+        assert [e["epoch"] for e in run["epochs"]] == [1, 2]
+        for epoch in run["epochs"]:
+            assert set(epoch["held_out"]) == {"d3", "acc_0"}
+            assert epoch["held_out"]["d3"] >= 1.0
+            assert set(epoch["val"]) == {"d3", "acc_0"}
+        assert run["best"]["source"] == "held_out"
+    assert report["variants"]["few"]["overrides"] == {"train_samples": 8}
+    assert json.loads((tmp_path / "few.params.json").read_text())["train_samples"] == 8

@@ -181,4 +181,4 @@ def _real_demo(folder: Path, target: str, gguf: Path | None) -> tuple[dict[str, 
         raise typer.Exit(1) from None
     typer.echo(f"target: {assets['target']} ({assets['built']})")
     spec = real_pipeline_spec(assets, workdir=str(folder / "runs"))
-    return spec, "target, train_prompts.jsonl, mtbench.jsonl"
+    return spec, "target, train_prompts.jsonl, mtbench_eval.jsonl, mtbench_held_out.jsonl"

@@ -117,7 +117,7 @@ def _held_out_plan(spec: Eagle3PipelineCreate, conversations: str, states: str) 
     params = {**answered, "target": spec.target, "prompts": spec.held_out.prompts, "output": conversations}
     if spec.held_out.limit is not None:
         params["limit"] = spec.held_out.limit
-    holdout = _evaluation_prompts(spec)
+    holdout = _holdout(_evaluation_prompts(spec))  # eval and benchmark often share one set: once
     if holdout:
         params["holdout_prompts"] = holdout
     return [

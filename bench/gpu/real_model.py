@@ -108,23 +108,16 @@ def pipeline_spec(
 
 
 def split_mtbench(source: Path, work: Path, held_out: int) -> tuple[Path, Path]:
-    """MT-Bench in two files that share no question: WORK/mtbench_eval.jsonl, the MTBENCH_PROMPTS questions
-    eval and the sweep have asked in every run so far (`max_prompts` takes a categorised set round-robin
-    over its categories: the first question of each), and WORK/mtbench_held_out.jsonl, the next `held_out`
-    questions in the same rotation (categories balanced, as eval's are)."""
-    records = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    queues: dict[Any, list[dict[str, Any]]] = {}
-    for record in records:
-        queues.setdefault(record.get("category"), []).append(record)
-    deepest = max(len(queue) for queue in queues.values())
-    rotation = [queue[d] for d in range(deepest) for queue in queues.values() if d < len(queue)]
-    left = len(rotation) - MTBENCH_PROMPTS
-    if held_out > left:
-        raise SystemExit(f"--held-out {held_out}: MT-Bench has {left} questions besides eval's")
+    """MT-Bench in two files that share no question (drafting.prompting.split): WORK/mtbench_eval.jsonl, the
+    MTBENCH_PROMPTS questions eval and the sweep have asked in every run so far, and
+    WORK/mtbench_held_out.jsonl, the next `held_out` in the same category rotation."""
+    from drafting.prompting.split import split_prompt_file
+
     evaluated, validated = work / "mtbench_eval.jsonl", work / "mtbench_held_out.jsonl"
-    evaluated.write_text("".join(json.dumps(r) + "\n" for r in rotation[:MTBENCH_PROMPTS]))
-    validated.write_text("".join(json.dumps(r) + "\n" for r in rotation[MTBENCH_PROMPTS:][:held_out]))
-    return evaluated, validated
+    try:
+        return split_prompt_file(source, MTBENCH_PROMPTS, held_out, evaluated, validated)
+    except ValueError as exc:
+        raise SystemExit(f"--held-out {held_out}: {exc}") from None
 
 
 def start(args: argparse.Namespace) -> None:

@@ -2,8 +2,13 @@
 
 The pipeline starts from prompts: `generate` has the target answer the training prompts itself (and write
 more user turns of its own, Magpie-style), then extract → train → fix_keys → gpu_check → eval → benchmark.
-Training prompts are eyas's built-in plain-text set plus the target's own; MT-Bench is kept for evaluation
-only (the pipeline refuses a set used for both, and generate drops training prompts that equal held-out ones).
+Training prompts are eyas's built-in plain-text set plus the target's own; MT-Bench is never trained on: it is
+cut in two files that share no question (drafting.prompting.split), eight questions (one per category) that
+eval and the sweep ask, and the next eight, answered by the target too, as the pipeline's `held_out` set,
+which picks the best epoch and gives training's acceptance estimate (a split of the generated data overstates
+it).
+The pipeline refuses a set used for two of these roles, and generate drops training prompts equal to held-out
+ones.
 
 Sized for a 2-core CPU host with the reference engine (docs/real-models.md has the measured time): a few
 dozen short conversations, one small drafter, eight MT-Bench questions. The acceptance it reaches is that of
@@ -18,8 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from drafting.prompting.named import resolve_source
+from drafting.prompting.split import split_prompt_file
 from drafting.realmodels import build_target
 
+EVAL_PROMPTS = 8  # one MT-Bench question per category
+HELD_OUT_PROMPTS = 8  # the next one per category: what validates the drafter, never what evaluates it
 CPU_TRAIN: dict[str, Any] = {
     "device": "cpu",
     "dtype": "float32",
@@ -41,20 +49,27 @@ def write_real_demo(folder: Path, *, target: str = "smollm2", gguf: Path | None 
     built = build_target(target, folder / "target", gguf=gguf)
     train_prompts = folder / "train_prompts.jsonl"
     shutil.copyfile(resolve_source("default"), train_prompts)
-    mtbench = folder / "mtbench.jsonl"
-    shutil.copyfile(resolve_source("mtbench"), mtbench)
+    evaluated, validated = split_prompt_file(
+        resolve_source("mtbench"),
+        EVAL_PROMPTS,
+        HELD_OUT_PROMPTS,
+        folder / "mtbench_eval.jsonl",
+        folder / "mtbench_held_out.jsonl",
+    )
     return {
         "target": str(built.folder),
         "train_prompts": str(train_prompts),
-        "prompts": str(mtbench),
+        "prompts": str(evaluated),
+        "held_out_prompts": str(validated),
         "built": "yes" if built.built else "cached",
     }
 
 
 def real_pipeline_spec(
-    assets: dict[str, str], *, workdir: str, self_prompts: int = 16, eval_prompts: int = 8
+    assets: dict[str, str], *, workdir: str, self_prompts: int = 16, eval_prompts: int = EVAL_PROMPTS
 ) -> dict[str, Any]:
-    """An eagle3 pipeline from prompts over a real target, on the CPU (the reference engine)."""
+    """An eagle3 pipeline from prompts over a real target, on the CPU (the reference engine); with
+    `held_out_prompts` among the assets, a held-out validation set made from them."""
     engine = {"engine": "reference"}
     generate = {
         "prompts": assets["train_prompts"],
@@ -64,7 +79,7 @@ def real_pipeline_spec(
         "concurrency": 2,
         "engine": engine,
     }
-    return {
+    spec: dict[str, Any] = {
         "template": "eagle3",
         "target": assets["target"],
         "generate": generate,
@@ -91,3 +106,6 @@ def real_pipeline_spec(
             "launch": dict(engine),
         },
     }
+    if "held_out_prompts" in assets:
+        spec["held_out"] = {"prompts": assets["held_out_prompts"]}
+    return spec

@@ -45,15 +45,26 @@ def test_demo_writes_a_real_model_pipeline_from_prompts(tmp_path: Path) -> None:
     assert pipeline.data is None
     assert pipeline.generate is not None
     steps = eagle3_plan(pipeline, str(demo / "runs" / "x"))
-    assert [s.step for s in steps] == [
-        "generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"
+    by_step = {s.step: s.params for s in steps}
+    assert list(by_step) == [
+        "generate", "generate_held_out", "extract", "extract_held_out", "train", "fix_keys", "gpu_check",
+        "eval", "benchmark",
     ]  # fmt: skip
-    generate = steps[0].params
-    # training prompts are eyas's own; MT-Bench is only evaluated on, and held out of generate
-    assert generate["prompts"] == str(demo / "train_prompts.jsonl")
-    assert generate["holdout_prompts"] == [str(demo / "mtbench.jsonl")]
-    assert steps[5].params["prompts"] == steps[6].params["prompts"] == str(demo / "mtbench.jsonl")
-    assert len(load_prompts(demo / "mtbench.jsonl")) == 80
+    evaluated, validated = demo / "mtbench_eval.jsonl", demo / "mtbench_held_out.jsonl"
+    # training prompts are eyas's own; MT-Bench is cut in two: 8 questions evaluated on, the next 8 validated
+    # on (the held-out set), both held out of the training generate
+    assert by_step["generate"]["prompts"] == str(demo / "train_prompts.jsonl")
+    assert set(by_step["generate"]["holdout_prompts"]) == {str(evaluated), str(validated)}
+    assert by_step["generate_held_out"]["prompts"] == str(validated)
+    assert by_step["generate_held_out"]["holdout_prompts"] == [str(evaluated)]
+    assert by_step["eval"]["prompts"] == by_step["benchmark"]["prompts"] == str(evaluated)
+    assert by_step["train"]["held_out_data"] == by_step["extract_held_out"]["output"]
+    asked = load_prompts(evaluated, limit=by_step["eval"]["max_prompts"])
+    held = load_prompts(validated)
+    assert len(asked) == len(held) == 8
+    assert len({p.category for p in asked}) == len({p.category for p in held}) == 8  # one of each
+    assert None not in {p.id for p in [*asked, *held]}
+    assert not {p.id for p in asked} & {p.id for p in held}, "no question in both"
     for step in steps:
         parse_params(step.kind, step.params)  # every step's params are valid as the pipeline submits them
-    assert steps[2].params["init_lm_head"] == "target"  # from the tied embedding
+    assert by_step["train"]["init_lm_head"] == "target"  # from the tied embedding

@@ -1,7 +1,8 @@
 """A small real-model pipeline end to end on the CPU: the demo's spec, scaled down, on SmolLM2.
 
-generate (two prompts answered by the target on the reference engine) → extract → train (a few steps) →
-fix_keys → eval on MT-Bench, each step's params as the eagle3 template plans them and each stage run as the
+generate (two prompts answered by the target on the reference engine) → generate_held_out (two held-out
+questions) → extract → extract_held_out → train (a few steps, validated on the held-out set) → fix_keys →
+eval on MT-Bench, each step's params as the eagle3 template plans them and each stage run as the
 worker runs it (in this process). Acceptance here is whatever a few steps buy; what is asserted is that every
 step consumes the last one's output and that the outputs are checked token for token.
 """
@@ -35,6 +36,12 @@ def _small_spec(root: Path) -> dict[str, Any]:
         json.dumps({"text": "Name three colours."}) + "\n" + json.dumps({"text": "What is 2 + 2?"}) + "\n"
     )
     mtbench.write_text(json.dumps({"question_id": 1, "category": "math", "turns": ["What is 3 + 4?", "x"]}))
+    held_out = root / "held_out.jsonl"
+    held_out.write_text(
+        json.dumps({"question_id": 2, "category": "math", "turns": ["What is 5 + 1?"]}) + "\n"
+        + json.dumps({"question_id": 3, "category": "writing", "turns": ["Name a bird."]}) + "\n"
+    )  # fmt: skip
+    assets["held_out_prompts"] = str(held_out)
     spec = real_pipeline_spec(assets, workdir=str(root / "runs"))
     spec["generate"] = {**spec["generate"], "max_new_tokens": 16}
     del spec["generate"]["self_prompts"]
@@ -58,7 +65,12 @@ def test_prompts_to_an_evaluated_drafter_on_the_real_target(tmp_path: Path) -> N
     assert len(generated) == 2
     assert all(r["messages"][-1]["role"] == "assistant" and r["messages"][-1]["content"] for r in generated)
     assert results["extract"]["samples"] == 2
+    assert results["extract_held_out"]["samples"] == 2  # the held-out questions, answered by the target
     assert results["train"]["checkpoint"] is not None
+    # the held-out set validated the drafter and chose its checkpoint
+    assert results["train"]["samples"]["held_out"] == 2
+    assert results["train"]["best"]["source"] == "held_out"
+    assert all("held_out/est_accept_len" in epoch for epoch in results["train"]["epochs"])
     row = results["eval"]["depths"][0]
     assert results["eval"]["prompt_set"]["chat_prompts"] == 1
     assert row["outputs_match"] is True

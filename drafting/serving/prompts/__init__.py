@@ -23,6 +23,7 @@ from typing import Any
 from drafting.prompting.chat import evaluation_messages, render_ids
 from drafting.prompting.named import NAMED_SETS, describe, resolve_source
 from drafting.prompting.records import Message, RecordError, parse_record
+from drafting.prompting.split import category_rotation
 from drafting.userfiles import Cap, iter_user_lines
 
 DEFAULT_PROMPTS = resolve_source(None)
@@ -83,15 +84,7 @@ def _balanced(prompts: list[Prompt], limit: int) -> list[Prompt]:
     """The first `limit` prompts taken one category at a time, in turn (categories in order of appearance)."""
     if len(prompts) <= limit or not any(p.category for p in prompts):
         return prompts[:limit]
-    queues: dict[str | None, list[Prompt]] = {}
-    for prompt in prompts:
-        queues.setdefault(prompt.category, []).append(prompt)
-    chosen: list[Prompt] = []
-    depth = 0
-    while len(chosen) < limit:
-        chosen += [queue[depth] for queue in queues.values() if depth < len(queue)][: limit - len(chosen)]
-        depth += 1
-    return chosen
+    return category_rotation(prompts, lambda prompt: prompt.category)[:limit]
 
 
 def render_chat(prompts: Sequence[Prompt], tokenizer: Any) -> list[Prompt]:

@@ -90,6 +90,8 @@ def training_curves(steps: range, positions: int = 3) -> list[tuple[str, int, fl
             rows.append((f"train/acc_{k}", step, (0.75 - 0.1 * k) * (1 - math.exp(-step / 50))))
         if step % 25 == 24:
             rows.append(("val/loss", step, loss + 0.15))
+            rows.append(("val/est_accept_len_d5", step, 1.0 + 2.4 * (1 - math.exp(-step / 50))))
+            rows.append(("held_out/est_accept_len_d5", step, 1.0 + 1.1 * (1 - math.exp(-step / 50))))
             for k in range(positions):
                 rows.append((f"val/acc_{k}", step, (0.72 - 0.1 * k) * (1 - math.exp(-step / 50))))
     return rows

@@ -79,6 +79,9 @@ def test_training_metrics_are_plotted_and_follow_new_steps(dashboard: Dashboard,
     assert loss_legend == ["step", "train/loss", "val/loss"]
     acc_legend = page.locator("#charts .uplot").nth(1).locator(".u-legend .u-label").all_inner_texts()
     assert acc_legend[1:] == [f"{split}/acc_{k}" for split in ("train", "val") for k in range(3)]
+    # every acceptance estimate on one chart: the running one, the split's and the held-out set's by depth
+    estimates = page.locator("#charts .uplot").nth(2).locator(".u-legend .u-label").all_inner_texts()
+    assert set(estimates[1:]) == {"est_accept_len", "val/est_accept_len_d5", "held_out/est_accept_len_d5"}
     drawn = page.evaluate(COUNT_SERIES_PIXELS, list(FIRST_SERIES_RGB))
     assert min(drawn) > 50, f"a chart has no line drawn: {drawn}"
     dashboard.screenshot("job-train")

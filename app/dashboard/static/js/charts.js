@@ -29,15 +29,17 @@ function axis(label, { values = true } = {}) {
   return spec;
 }
 
-// train/acc_2 and val/acc_2 share a colour (position 2), the validation one dashed; a chart of one kind of
-// series (train/loss, val/loss) gives each its own colour.
+// train/acc_2, val/acc_2 and held_out/acc_2 share a colour (position 2), the split's validation dashed and
+// the held-out set's dotted; a chart of one kind of series (train/loss, val/loss) gives each its own colour.
+const DASHES = { "val/": [5, 4], "held_out/": [2, 3] };
 function seriesStyles(names) {
-  const keyOf = (name) => name.replace(/^(train|val|eval)\//, "");
+  const keyOf = (name) => name.replace(/^(train_epoch|train|val|eval|held_out)\//, "");
   const keys = [...new Set(names.map(keyOf))];
   const byKey = keys.length > 1;
+  const dashOf = (name) => Object.entries(DASHES).find(([prefix]) => name.startsWith(prefix))?.[1];
   return names.map((name, i) => ({
     stroke: PALETTE[(byKey ? keys.indexOf(keyOf(name)) : i) % PALETTE.length],
-    dash: byKey && name.startsWith("val/") ? [5, 4] : undefined,
+    dash: byKey ? dashOf(name) : undefined,
   }));
 }
 

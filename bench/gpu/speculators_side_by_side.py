@@ -41,6 +41,7 @@ from drafting.ml.hidden_store import read_manifest  # noqa: E402
 from drafting.ml.train_data import split_indices  # noqa: E402
 
 DEPTHS = (3, 5, 7)
+PROGRESS_EVERY = 20  # batches between the driver's progress lines
 SGLANG_VERSION = "0.5.14"  # the GPU host's SGLang (drafting/sglang_facts.py)
 
 
@@ -115,17 +116,28 @@ class _CountingLoader:
         return len(self._loader)
 
     def __iter__(self) -> Iterator[Any]:
+        began = time.monotonic()
         for batch in self._loader:
             self._record["tokens"] += int((batch["document_ids"] != -1).sum())
             self._record["steps"] += 1
             _arm_stall_dump(self._record["stall_s"])  # a batch came: the stall clock starts again
+            steps = self._record["steps"]
+            if steps == 1 or steps % PROGRESS_EVERY == 0:
+                # speculators' own progress bar (rich) prints nothing until it ends when the output is not
+                # a terminal, and its metric lines need its profiling timer: this line shows batches coming
+                print(
+                    f"[driver] batch {steps} handed to the trainer ({self._record['tokens']} tokens, "
+                    f"{time.monotonic() - began:.0f} s into this pass)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             yield batch
 
 
 def _arm_stall_dump(stall_s: float) -> None:
     """Dump every thread's stack to stderr (the run's log) if no batch comes for `stall_s` seconds, again
-    each `stall_s`: on the H200 (2026-12-02) this trainer logged no step in 6 minutes and nothing said where
-    it waited. Re-arming cancels the pending dump."""
+    each `stall_s`: on the H200 (2026-12-02) this trainer showed no progress for 6 minutes and nothing said
+    where it waited. Re-arming cancels the pending dump."""
     faulthandler.dump_traceback_later(stall_s, repeat=True, file=sys.stderr)
 
 

@@ -275,6 +275,7 @@ def test_a_stalled_loader_dumps_every_threads_stack(capfd: pytest.CaptureFixture
         faulthandler.cancel_dump_traceback_later()
     assert (record["tokens"], record["steps"]) == (3, 2)
     dumped = capfd.readouterr().err
+    assert "[driver] batch 1 handed to the trainer (2 tokens" in dumped  # the first batch is always said
     assert "most recent call first" in dumped, dumped[-2000:]
     assert "slow_batches" in dumped, dumped[-2000:]
 

@@ -91,14 +91,19 @@ def main() -> None:
     parser.add_argument("--depths", default="16,10,5")
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of this script on a CPU machine")
     parser.add_argument("--engine", default="sglang", help="reference: a dry run without SGLang")
-    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=1024, help="a multiple of 256 (heads of 64)")
+    parser.add_argument(
+        "--layers", type=int, default=8, help="more and wider: less launch-bound, as real 7B+"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     work, out = args.work.resolve(), args.out
     work.mkdir(parents=True, exist_ok=True)
+    heads = args.hidden // 64  # Llama's head size; 4 query heads per KV head, an MLP 2.75 times as wide
     successor_target(
-        work / "target", hidden=args.hidden, heads=16, kv_heads=4, intermediate=2816, dtype=torch.bfloat16
-    )
+        work / "target", hidden=args.hidden, heads=heads, kv_heads=heads // 4, layers=args.layers,
+        intermediate=round(2.75 * args.hidden / 128) * 128, dtype=torch.bfloat16,
+    )  # fmt: skip
     import random
 
     rng = random.Random(0)

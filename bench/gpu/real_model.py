@@ -16,8 +16,8 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
     python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
                                                         # output, with the pipeline's answer settings
-    python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S]   # issue 15: once gpu_check passed,
-        # speculators' trainer on the pipeline's extraction with its train settings, detached (WORK/spec)
+    python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S]   # issue 15: once the pipeline
+        # ended, speculators' trainer on its extraction with its train settings, detached (WORK/spec)
     python3 bench/gpu/real_model.py spec-sweep WORK OUT [--deadline-s S]    # its draft through a chain sweep
     python3 bench/gpu/real_model.py recipes WORK OUT    # after the pipeline: bench/gpu/recipes.py on its
         # extraction and held-out extraction, RECIPES at once (learning rate, epochs, data size)
@@ -150,12 +150,12 @@ def start(args: argparse.Namespace) -> None:
 def wait(args: argparse.Namespace) -> None:
     work, out = args.work.resolve(), args.out
     began = time.monotonic()
-    pipeline_id = (work / "pipeline_id").read_text().strip()
     if not _answers():
         print("eyas up did not survive the last command: starting it again", flush=True)
         _eyas_up(work, out)
     http = _client(work)
-    pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+    pipeline = _pipeline(http, work)
+    pipeline_id = pipeline["id"]
     if pipeline["state"] in ("failed", "cancelled"):
         print(f"retrying from {pipeline['failed_step']}", flush=True)
         http.post(f"/v1/pipelines/{pipeline_id}/retry").raise_for_status()
@@ -177,6 +177,12 @@ def direct(args: argparse.Namespace) -> None:
 # What the third run's figures asked (docs/benchmarks.md): train acc 0.52 against val 0.47 after 6 epochs at
 # lr 3e-4, so a higher rate, more epochs, and how acceptance grows with data (the pipeline's own run is the
 # full-data, base point).
+# The pipeline's train settings that the recipes and speculators' driver carry over (the driver has a flag for
+# each), so every run beside the pipeline's trains on the same schedule and holds out the same rows.
+TRAIN_SETTINGS = (
+    "epochs", "ttt_steps", "lr", "batch_size", "max_len", "step_decay", "warmup_ratio", "draft_vocab_size",
+    "val_fraction", "seed",
+)  # fmt: skip
 RECIPES = {
     "lr1e3": {"lr": 1e-3},
     "ep12": {"epochs": 12},
@@ -191,11 +197,8 @@ def recipes(args: argparse.Namespace) -> None:
     WORK/recipes, reported to OUT/recipes.json. Run it once the pipeline is done: the sweep's GPU gate
     refuses a GPU shared with these."""
     work = args.work.resolve()
-    http = _client(work)
-    pipeline = http.get(f"/v1/pipelines/{(work / 'pipeline_id').read_text().strip()}").json()
-    train = next(job for job in pipeline["jobs"] if job["pipeline_step"] == "train")["params"]
-    keys = ("epochs", "batch_size", "max_len", "lr", "ttt_steps", "step_decay", "draft_vocab_size", "seed")
-    base = {key: train[key] for key in keys} | {"device": "cuda"}
+    train = _train_params(_pipeline(_client(work), work))
+    base = {key: train[key] for key in TRAIN_SETTINGS} | {"device": "cuda"}
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "recipes.py"), train["data"], train["target"]]
     command += [str(work / "recipes"), "--parallel", str(len(RECIPES)), "--base", json.dumps(base)]
     if train.get("held_out_data"):
@@ -208,32 +211,24 @@ def recipes(args: argparse.Namespace) -> None:
 
 
 SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the trainers are compared on
-SAME_TRAIN_SETTINGS = ("epochs", "ttt_steps", "lr", "batch_size", "max_len", "step_decay", "warmup_ratio")
 
 
 def speculators(args: argparse.Namespace) -> None:
-    """speculators' trainer beside eyas's on the same extraction (bench/gpu/speculators_side_by_side.py).
-
-    It starts once the pipeline's gpu_check has passed (a GPU process before then would fail that check)
-    and runs detached while eval runs: eval is judged on acceptance, not time. Its tokens/s are therefore
-    measured on a GPU shared with eval (docs/benchmarks.md says so beside them)."""
+    """speculators' trainer beside eyas's on the same extraction (bench/gpu/speculators_side_by_side.py),
+    detached, once the pipeline has ended: a process on the GPU fails the pipeline's gpu_check and the sweep's
+    own GPU gate (run 3, docs/benchmarks.md), and alone on the GPU its tokens/s compare with eyas's."""
     work = args.work.resolve()
     http = _client(work)
-    pipeline_id = (work / "pipeline_id").read_text().strip()
     began = time.monotonic()
-    while True:
-        pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
-        steps = {job["pipeline_step"]: job for job in pipeline["jobs"]}  # two generate jobs with held_out
-        if steps["gpu_check"]["state"] == "succeeded":
-            break
-        if pipeline["state"] in ("failed", "cancelled") or time.monotonic() - began > args.deadline_s:
-            raise SystemExit(f"gpu_check has not passed (pipeline {pipeline['state']})")
+    while (pipeline := _pipeline(http, work))["state"] not in ("succeeded", "failed", "cancelled"):
+        if time.monotonic() - began > args.deadline_s:
+            raise SystemExit(f"the pipeline has not ended (state {pipeline['state']})")
         time.sleep(3)
-    train = steps["train"]["params"]
+    train = _train_params(pipeline)
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "speculators_side_by_side.py")]
     command += [train["data"], str(work / "smollm2"), str(work / "spec"), "--work", str(work)]
-    command += ["--sweep-configs", SIDE_BY_SIDE_CONFIGS, "--draft-vocab-size", str(train["draft_vocab_size"])]
-    for key in SAME_TRAIN_SETTINGS:
+    command += ["--sweep-configs", SIDE_BY_SIDE_CONFIGS]
+    for key in TRAIN_SETTINGS:
         command += [f"--{key.replace('_', '-')}", str(train[key])]
     print("starting:", " ".join(command), flush=True)
     log = open(work / "spec.log", "ab")  # noqa: SIM115 - the detached trainer owns it
@@ -293,6 +288,18 @@ def _answers() -> bool:
         return httpx.get(f"{URL}/readyz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def _pipeline(http: httpx.Client, work: Path) -> dict[str, Any]:
+    """The pipeline `start` posted (its id in WORK/pipeline_id), as the API reads it."""
+    pipeline: dict[str, Any] = http.get(f"/v1/pipelines/{(work / 'pipeline_id').read_text().strip()}").json()
+    return pipeline
+
+
+def _train_params(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The params of the pipeline's train step (jobs keyed by step: with held_out two share a kind)."""
+    params: dict[str, Any] = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "train")["params"]
+    return params
 
 
 def _client(work: Path) -> httpx.Client:

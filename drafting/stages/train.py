@@ -151,11 +151,8 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         )
     if params.train_samples is not None:
         ctx.log(f"training on {len(train_rows)} samples (train_samples {params.train_samples})")
-    plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks)
+    plan = _loop_plan(params, inputs, extraction, train_rows, val_rows, ranks, held_out)
     if held_out is not None:
-        plan.held_out = ValidationSet(
-            "held_out", HiddenStateDataset(held_out, params.max_len), list(range(len(held_out.seq_lens)))
-        )
         ctx.log(
             f"validating every epoch also on {len(held_out.seq_lens)} held-out samples from {held_out.folder}"
         )
@@ -323,6 +320,7 @@ def _loop_plan(
     train_rows: list[int],
     val_rows: list[int],
     ranks: Ranks,
+    held_out: Extraction | None,
 ) -> LoopPlan:
     pack_len = params.max_len if params.pack else None
     batching = {
@@ -351,4 +349,12 @@ def _loop_plan(
         total_steps=run_steps(params.epochs, train_rows, extraction.seq_lens, pack_len=pack_len, **batching),
         accept_depths=tuple(sorted({*ACCEPT_DEPTHS, params.choice_depth})),
         pack_len=pack_len,
+        held_out=None if held_out is None else _validation_set(held_out, params.max_len),
+    )
+
+
+def _validation_set(held_out: Extraction, max_len: int) -> ValidationSet:
+    """All of a held-out extraction's samples, validated after every epoch as `held_out/...`."""
+    return ValidationSet(
+        "held_out", HiddenStateDataset(held_out, max_len), list(range(len(held_out.seq_lens)))
     )

@@ -11,13 +11,15 @@ a JSON object of train params that differ from the base (`lr`, `epochs`, `step_d
     python3 bench/gpu/recipes.py one PARAMS_JSON RESULT_JSON     # one variant (what the parent runs)
 
 Timings of variants that ran at the same time share the GPU: compare acceptance across variants, and time only
-with `--parallel 1`.
+with `--parallel 1`. Each variant appends its epoch metrics to NAME.result.metrics.jsonl as they come, so one
+stopped at `--deadline-s` (or killed with the machine) still reports the epochs it finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -38,10 +40,10 @@ def run_one(params_file: Path, result_file: Path) -> None:
     from drafting.stages.base import RecordingSink, StageContext
 
     params = TrainParams.model_validate_json(params_file.read_text())
-    sink = RecordingSink()
+    sink = _EpochMetricsSink(RecordingSink(), result_file.with_suffix(".metrics.jsonl"))
     began = time.monotonic()
     result = train.run(StageContext(work_dir=Path(params.output), sink=sink), params)
-    rates = [e["value"] for e in sink.of_type("metric") if e["name"] == "train/tokens_per_s"]
+    rates = [e["value"] for e in sink.recorded.of_type("metric") if e["name"] == "train/tokens_per_s"]
     record = {
         "wall_s": round(time.monotonic() - began, 1),
         "tokens_per_s_median": sorted(rates)[len(rates) // 2] if rates else None,
@@ -49,6 +51,35 @@ def run_one(params_file: Path, result_file: Path) -> None:
         "epochs": [_epoch_row(summary) for summary in result.get("epochs", [])],
     }
     result_file.write_text(json.dumps(record, indent=1))
+
+
+class _EpochMetricsSink:
+    """Records every event and appends the end-of-epoch metrics (`epoch`, then `{source}/...`) to a JSONL
+    file, flushed line by line: what the parent reads of a variant that never wrote its result."""
+
+    PREFIXES = ("epoch", "held_out/", "val/", "train_epoch/")
+
+    def __init__(self, recorded: Any, path: Path) -> None:
+        self.recorded, self._file = recorded, path.open("a", encoding="utf-8")
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.recorded.emit(event)
+        if event.get("type") == "metric" and str(event["name"]).startswith(self.PREFIXES):
+            self._file.write(json.dumps({"name": event["name"], "value": event["value"]}) + "\n")
+            self._file.flush()
+
+
+def epochs_from_metrics(path: Path) -> list[dict[str, Any]]:
+    """Epoch rows from a variant's metrics file: each `epoch` metric opens the summary of that epoch."""
+    summaries: list[dict[str, float]] = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            metric = json.loads(line)
+            if metric["name"] == "epoch":
+                summaries.append({"epoch": metric["value"]})
+            elif summaries:
+                summaries[-1][metric["name"]] = metric["value"]
+    return [_epoch_row(summary) for summary in summaries]
 
 
 def _epoch_row(summary: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +105,15 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     waiting = list(variants.items())
     running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     results: dict[str, Any] = {}
+    deadline = time.monotonic() + args.deadline_s if args.deadline_s else None
     while waiting or running:
+        if deadline is not None and time.monotonic() > deadline:
+            for name, _ in waiting:  # never started: reported as such, not silently left out
+                results[name] = {"overrides": variants[name], "returncode": None, "started": False}
+            waiting = []
+            for _, process, _ in running:
+                process.send_signal(signal.SIGTERM)  # no handler in `one`: the variant ends at once
+            deadline = None
         while waiting and len(running) < args.parallel:
             name, overrides = waiting.pop(0)
             running.append(_start(out, name, {**base, **overrides, "output": str(out / name)}))
@@ -82,11 +121,18 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         for entry in [e for e in running if e[1].poll() is not None]:
             running.remove(entry)
             name, process, result_file = entry
-            results[name] = {"overrides": variants[name], "returncode": process.returncode}
-            if result_file.exists():
-                results[name] |= json.loads(result_file.read_text())
+            results[name] = _finished(variants[name], process.returncode, result_file)
             print(json.dumps({name: _last(results[name])}), flush=True)
-    return {"base": base, "parallel": args.parallel, "variants": results}
+    return {"base": base, "parallel": args.parallel, "deadline_s": args.deadline_s, "variants": results}
+
+
+def _finished(overrides: dict[str, Any], returncode: int, result_file: Path) -> dict[str, Any]:
+    """A variant's report: its result, or (stopped or failed) the epochs its metrics file holds."""
+    result: dict[str, Any] = {"overrides": overrides, "returncode": returncode}
+    if result_file.exists():
+        return result | json.loads(result_file.read_text())
+    epochs = epochs_from_metrics(result_file.with_suffix(".metrics.jsonl"))
+    return result | {"partial": True, "epochs": epochs}
 
 
 def _start(out: Path, name: str, params: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes], Path]:
@@ -119,6 +165,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--held-out", type=Path)
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument(
+        "--deadline-s", type=float, default=0, help="stop variants still running after this long (0: none)"
+    )
     parser.add_argument("--base", default="{}", help="train params for every variant (JSON)")
     parser.add_argument("--variant", action="append", default=[], help="NAME='{json overrides}'")
     args = parser.parse_args()

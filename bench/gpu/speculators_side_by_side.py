@@ -170,12 +170,22 @@ def _recording_trainer(record: dict[str, Any], device: str) -> type:
             metrics = super().val_epoch(epoch)
             record["val_s"] += _now() - began
             record["val"].append({**(metrics or {}), "epoch": epoch + 1})  # numbered from 1, as eyas's
+            if record.get("val_log"):  # as each epoch ends: a run stopped later keeps what it reached
+                row = {**_per_position(record["val"][-1]), "train_s": _epoch_s(record)}
+                with open(record["val_log"], "a", encoding="utf-8") as log:
+                    log.write(json.dumps(row) + "\n")
             return metrics
 
     return Recording
 
 
-def run_speculators(argv: list[str], device: str, stall_s: float = 180.0) -> dict[str, Any]:
+def _epoch_s(record: dict[str, Any]) -> list[float]:
+    return [round(t, 1) for t in record["epoch_train_s"]]
+
+
+def run_speculators(
+    argv: list[str], device: str, stall_s: float = 180.0, val_log: Path | None = None
+) -> dict[str, Any]:
     """speculators' `main(TrainConfig.resolve(argv))`, as `speculators train` runs it, recorded."""
     import speculators.train.cli as cli
     import speculators.train.trainer as trainer
@@ -183,7 +193,7 @@ def run_speculators(argv: list[str], device: str, stall_s: float = 180.0) -> dic
 
     cfg = TrainConfig.resolve(argv)
     record: dict[str, Any] = {"tokens": 0, "steps": 0, "epoch_train_s": [], "val_s": 0.0, "val": []}
-    record["stall_s"] = stall_s
+    record["stall_s"], record["val_log"] = stall_s, str(val_log) if val_log else None
 
     class Unprofiled(trainer._StepTimer):
         def reset(self, enabled: bool) -> None:
@@ -297,7 +307,7 @@ def train_main(args: argparse.Namespace) -> int:
     run["settings"] = {"total_seq_len": seq_len, "eyas_steps_per_epoch": -(-n_train // args.batch_size)}
     if args.eyas:
         run["eyas"] = run_eyas(args)
-    run["speculators"] = run_speculators(argv, args.device, args.stall_s)
+    run["speculators"] = run_speculators(argv, args.device, args.stall_s, out / "val_epochs.jsonl")
     run["settings"]["steps_per_epoch"] = run["speculators"]["steps"] // max(args.epochs, 1)
     run["draft_vocab_same_as_eyas"] = _same_draft_vocab(args, out / "data")
     best = out / "checkpoints" / "checkpoint_best"  # speculators' pick: the lowest validation loss
@@ -333,9 +343,9 @@ def _same_draft_vocab(args: argparse.Namespace, view: Path) -> bool:
 def sweep_job(work: Path, draft: Path, configs: str | None) -> dict[str, Any]:
     """real_model.py's benchmark sweep (its configs, prompts, budget, launch) for `draft`, as a job spec for
     `eyas submit benchmark -f`, against the `eyas up` real_model.py started (allowed root: WORK)."""
-    from real_model import pipeline_spec  # bench/gpu is sys.path[0] when this file runs as a script
+    from real_model import eval_prompts, pipeline_spec  # bench/gpu is sys.path[0] when run as a script
 
-    bench = pipeline_spec(work, work / "mtbench.jsonl", 0, 0)["benchmark"]
+    bench = pipeline_spec(work, eval_prompts(work), 0, 0)["benchmark"]
     if configs:  # e.g. "3,1,4 5,1,6 7,1,8"
         names = ("steps", "topk", "draft_tokens")
         bench["configs"] = [dict(zip(names, map(int, c.split(",")), strict=True)) for c in configs.split()]

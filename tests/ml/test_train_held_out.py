@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -250,8 +251,9 @@ def test_train_samples_trains_on_that_many_and_keeps_the_validation_rows(
 def test_recipes_bench_trains_variants_side_by_side_on_one_extraction(
     extractions: dict[str, Path], tmp_path: Path
 ) -> None:
-    """bench/gpu/recipes.py on the CPU: two variants at once, each in its own process, every epoch's
-    held-out and split estimates reported (a plumbing check of the script; the GPU run is what it is for)."""
+    """bench/gpu/recipes.py on the CPU: three variants at once, each in its own process, every epoch's
+    held-out and split estimates reported; one that runs past --deadline-s is stopped and still reports the
+    epochs it finished (a plumbing check of the script; the GPU run is what it is for)."""
     base = {"epochs": 2, "ttt_steps": 3, "batch_size": 2, "lr": 1e-2, "warmup_steps": 0, "max_len": 96,
             "draft_vocab_size": 48, "val_fraction": 0.2, "device": "cpu", "dtype": "float32",
             "loader_workers": 0, "init_lm_head": "random"}  # fmt: skip
@@ -263,12 +265,19 @@ def test_recipes_bench_trains_variants_side_by_side_on_one_extraction(
         str(extractions["target"]),
         str(tmp_path),
     ]
-    command += ["--held-out", str(extractions["held_out"]), "--parallel", "2", "--base", json.dumps(base)]
+    command += ["--held-out", str(extractions["held_out"]), "--parallel", "3", "--base", json.dumps(base)]
     command += ["--variant", "all={}", "--variant", 'few={"train_samples": 8}']
+    command += ["--variant", 'long={"epochs": 1000}', "--deadline-s", "60"]  # ~30 s for 2 epochs here
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "recipes.json").read_text())
-    assert set(report["variants"]) == {"all", "few"}
+    assert set(report["variants"]) == {"all", "few", "long"}
+    stopped = report["variants"].pop("long")
+    assert stopped["returncode"] == -signal.SIGTERM
+    assert stopped["partial"] is True
+    assert 1 <= len(stopped["epochs"]) < 1000
+    assert [e["epoch"] for e in stopped["epochs"]] == list(range(1, len(stopped["epochs"]) + 1))
+    assert all(e["held_out"]["d3"] >= 1.0 and "acc_0" in e["val"] for e in stopped["epochs"])
     for name, run in report["variants"].items():
         assert run["returncode"] == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
         assert [e["epoch"] for e in run["epochs"]] == [1, 2]

@@ -9,13 +9,19 @@ prediction's error against the served figure. A user learns whether to trust the
     served    the sweep row of the chain config N,1,N+1: `accept_len` from the engine's own counters
 
 Errors are relative to the served figure: (predicted − served) / served. Nothing here is measured anew; a
-step that has not run (or kept no figure) leaves its column null.
+step that has not run (or kept no figure) leaves its column null. eval's error is left null, and the report
+says why, when eval decoded other requests than the sweep (another prompt set or budget): its figure then
+predicts nothing about the served one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from app.pipelines.templates import SHARED_REQUEST_FIELDS
+from contract.params.benchmark import BenchmarkParams
+from contract.params.evaluate import EvalParams
 
 EVAL_TOLERANCE = 0.05  # issue 14: eval's prediction within 5 % of the engine's measured acceptance
 HELD_OUT, SPLIT = "held_out/est_accept_len_d", "val/est_accept_len_d"
@@ -25,9 +31,11 @@ TRAIN_SOURCES = {
 }
 
 
-def acceptance_report(results: Mapping[str, Any]) -> dict[str, Any] | None:
-    """`results`: each step's latest job result (or failure details) by step name; a stored value of any
-    other shape counts as none (a read must never break on a row)."""
+def acceptance_report(
+    results: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """`results` (and `params`): each step's latest job result (or failure details) and params by step name;
+    a stored value of any other shape counts as none (a read must never break on a row)."""
     results = {step: value for step, value in results.items() if isinstance(value, Mapping)}
     train, train_source = _train_estimates(results.get("train"))
     evaluated = _eval_figures(results.get("eval"))
@@ -35,12 +43,22 @@ def acceptance_report(results: Mapping[str, Any]) -> dict[str, Any] | None:
     depths = sorted(set(evaluated) | set(served))
     if not depths:
         return None
-    rows = [_row(depth, train.get(depth), evaluated.get(depth), served.get(depth)) for depth in depths]
+    differs = _requests_differ((params or {}).get("eval"), (params or {}).get("benchmark"))
+    compared = {} if differs else evaluated
+    rows = [
+        _row(depth, train.get(depth), evaluated.get(depth), served.get(depth), compared) for depth in depths
+    ]
     return {
         "by_depth": rows,
         "engine": engine,
         "eval_tolerance": EVAL_TOLERANCE,
         "eval_within_tolerance": _all_within(rows),
+        "eval_not_compared": (
+            f"eval decoded other requests than the sweep ({differs}): its figure is not compared with the "
+            "served one"
+            if differs
+            else None
+        ),
         "sources": {
             "train": TRAIN_SOURCES[train_source],
             "eval": "accept_length_meta",
@@ -49,15 +67,35 @@ def acceptance_report(results: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _row(depth: int, train: float | None, evaluated: float | None, served: float | None) -> dict[str, Any]:
+def _row(
+    depth: int,
+    train: float | None,
+    evaluated: float | None,
+    served: float | None,
+    compared: Mapping[int, float],
+) -> dict[str, Any]:
     return {
         "depth": depth,
         "train_estimate": train,
         "eval": evaluated,
         "served": served,
         "train_error": _relative(train, served),
-        "eval_error": _relative(evaluated, served),
+        "eval_error": _relative(compared.get(depth), served),
     }
+
+
+def _requests_differ(evaluated: Any, swept: Any) -> str | None:
+    """Which request settings eval and the sweep did not share ("prompts 'default' vs '/x.jsonl'"), or None
+    when they shared all (or either step's params are unknown)."""
+    if not (isinstance(evaluated, Mapping) and isinstance(swept, Mapping)):
+        return None
+    differences = []
+    for name in SHARED_REQUEST_FIELDS:
+        ours = evaluated.get(name, EvalParams.model_fields[name].default)
+        theirs = swept.get(name, BenchmarkParams.model_fields[name].default)
+        if ours != theirs:
+            differences.append(f"{name} {ours!r} vs {theirs!r}")
+    return "; ".join(differences) or None
 
 
 def _relative(predicted: float | None, served: float | None) -> float | None:

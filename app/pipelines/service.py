@@ -78,7 +78,10 @@ def read(session: Session, pipeline: Pipeline) -> PipelineRead:
         spec=pipeline.spec,
         failed_step=failed_step,
         jobs=[JobRead.of(j) for j in latest.values()],
-        acceptance=acceptance_report({step: job.result for step, job in latest.items()}),
+        acceptance=acceptance_report(
+            {step: job.result for step, job in latest.items()},
+            {step: job.params for step, job in latest.items()},
+        ),
     )
 
 

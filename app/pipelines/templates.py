@@ -20,6 +20,8 @@ EAGLE3_STEPS = (
     "eval",
     "benchmark",
 )
+# eval and benchmark params that decide which requests are decoded (same names and defaults in both)
+SHARED_REQUEST_FIELDS = ("prompts", "max_prompts", "max_new_tokens", "ignore_eos")
 # generate params the held-out step does not copy: what it answers and where it writes are its own
 _NOT_COPIED_TO_HELD_OUT = ("prompts", "self_prompts", "output", "limit", "holdout_prompts")
 
@@ -69,7 +71,7 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
             StepPlan(
                 "eval",
                 "eval",
-                {**spec.eval, "model": spec.target, "draft": draft},
+                {**_eval_defaults(spec), **spec.eval, "model": spec.target, "draft": draft},
                 refs={"draft": ("fix_keys", "sglang_checkpoint")},
             )
         )
@@ -83,6 +85,22 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
         )
     )
     return plans
+
+
+def _eval_defaults(spec: Eagle3PipelineCreate) -> dict[str, Any]:
+    """What eval asks unless told otherwise: the sweep's requests (prompts, budget) at its chain depths, so
+    the acceptance report sets eval's prediction beside the served figure of the same requests. Run 4 on
+    the H200: a pipeline whose eval named no prompts measured the built-in set; the sweep asked MT-Bench."""
+    asked = {k: spec.benchmark[k] for k in SHARED_REQUEST_FIELDS if k in spec.benchmark}
+    configs = spec.benchmark.get("configs")
+    if isinstance(configs, list):
+        chains = [c.get("steps") for c in configs if isinstance(c, dict) and c.get("topk", 1) == 1]
+        depths = sorted({d for d in chains if isinstance(d, int)})
+        if depths:
+            asked["depths"] = depths
+    elif "depths" in spec.benchmark:
+        asked["depths"] = spec.benchmark["depths"]
+    return asked
 
 
 def _evaluation_prompts(spec: Eagle3PipelineCreate) -> list[str]:

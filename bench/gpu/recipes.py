@@ -1,9 +1,10 @@
 """Training recipes side by side on one extraction, several at once on one GPU (prints JSON).
 
-A drafter for a small target is launch-bound: one training run leaves most of an H200 idle (SmolLM2-135M:
-~110 s for 6 epochs of 1.4 M tokens). This runs the train stage once per variant, `--parallel` of them at a
-time, each in its own process, on the same extraction, and reports every epoch's acceptance estimate: on the
-held-out extraction (`--held-out`, prompts kept out of training; what to trust) and on the split. A variant is
+This runs the train stage once per variant, `--parallel` of them at a time, each in its own process, on the
+same extraction, and reports every epoch's acceptance estimate: on the held-out extraction (`--held-out`,
+prompts kept out of training; what to trust) and on the split. Parallel runs share the GPU and buy little:
+on the H200 one SmolLM2-135M drafter run at batch 32 already keeps it busy (4 at once made 9.2 optimizer
+steps/s against 8.2 alone) and each held 25-48 GB (docs/training.md, run 4). A variant is
 a JSON object of train params that differ from the base (`lr`, `epochs`, `step_decay`, `train_samples`…).
 
     python3 bench/gpu/recipes.py EXTRACTION TARGET OUT [--held-out EXTRACTION] [--parallel 4] \

@@ -28,10 +28,19 @@ class EvalParams(StageParams):
     max_new_tokens: int = Field(128, ge=1, le=32_768)
     ignore_eos: bool = Field(True, description="decode max_new_tokens every time (as benchmarks do)")
     check_outputs: bool = Field(True, description="also decode without speculation and compare outputs")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: the job's GPU if it holds one")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="auto: a GPU when the host has one (the job leases it), else the CPU; cuda: a GPU, "
+        "refused on a host without",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] = Field(
         "auto", description="auto: bfloat16 on a GPU, float32 on the CPU"
     )
 
     def needs_gpus(self) -> bool:
-        return self.device == "cuda"
+        return self.device != "cpu"
+
+    def gpus_optional(self) -> bool:
+        # auto once meant "the GPU if the job holds one", and nothing leased one: on the H200 a pipeline's
+        # default eval ran on the CPU for 5 minutes beside an idle GPU (2026-12-02, run 4)
+        return self.device == "auto"

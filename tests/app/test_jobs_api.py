@@ -288,3 +288,22 @@ def test_an_auto_engine_launch_on_a_host_without_gpus_holds_none(
     assert on_gpu["gpus_requested"] == 2
     sglang = {"kind": "launch", "host": "cpu-box", "params": {"engine": "sglang", "model": "/models/t"}}
     assert client.post("/v1/jobs", json=sglang, headers=admin).status_code == 409
+
+
+def test_an_auto_device_eval_leases_a_gpu_where_the_host_has_one(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
+    """Run 4 on the H200: a pipeline's eval with the default device ran on the CPU for 5 minutes beside an
+    idle GPU, because `auto` meant "the GPU the job holds" and nothing leased one."""
+    register_host(settings, "cpu-box", gpus=0)
+    register_host(settings, "gpu-box", gpus=1)
+    spec = {"kind": "eval", "params": {"model": "/models/t", "draft": "/models/d"}}
+    on_gpu = client.post("/v1/jobs", json={**spec, "host": "gpu-box"}, headers=admin)
+    assert on_gpu.status_code == 201, on_gpu.text
+    assert on_gpu.json()["gpus_requested"] == 1
+    on_cpu = client.post("/v1/jobs", json={**spec, "host": "cpu-box"}, headers=admin).json()
+    assert on_cpu["gpus_requested"] == 0  # the stage runs on the CPU there
+    cpu = {**spec, "host": "gpu-box", "params": {**spec["params"], "device": "cpu"}}
+    assert client.post("/v1/jobs", json=cpu, headers=admin).json()["gpus_requested"] == 0
+    cuda = {**spec, "host": "cpu-box", "params": {**spec["params"], "device": "cuda"}}
+    assert client.post("/v1/jobs", json=cuda, headers=admin).status_code == 409

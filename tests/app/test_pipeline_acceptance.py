@@ -108,3 +108,28 @@ def test_the_held_out_extraction_s_estimate_is_preferred_and_named() -> None:
     assert report is not None
     assert report["by_depth"][0]["train_estimate"] == 1.964
     assert report["sources"]["train"].startswith("val/")
+
+
+def test_eval_on_other_requests_than_the_sweep_is_shown_but_not_compared() -> None:
+    """eval's figure predicts the served one only on the same requests: with another prompt set or budget the
+    report leaves its error out and says what differed (run 4: the built-in set against MT-Bench)."""
+    swept = {"engine": "sglang", "rows": [chain_row(3, 1.50), chain_row(5, 1.46)]}
+    results = {"eval": EVAL, "benchmark": swept}
+    same = {"eval": {"prompts": "mtbench", "max_new_tokens": 192},
+            "benchmark": {"prompts": "mtbench", "max_new_tokens": 192, "mode": "sweep"}}  # fmt: skip
+    compared = acceptance_report(results, same)
+    assert compared is not None
+    assert compared["eval_not_compared"] is None
+    assert compared["by_depth"][0]["eval_error"] == pytest.approx((1.4423 - 1.5) / 1.5, abs=1e-4)
+    other = {"eval": {"prompts": None, "max_new_tokens": 128}, "benchmark": same["benchmark"]}
+    report = acceptance_report(results, other)
+    assert report is not None
+    assert [row["eval"] for row in report["by_depth"]] == [1.4423, 1.4601]  # still shown
+    assert [row["eval_error"] for row in report["by_depth"]] == [None, None]
+    assert report["eval_within_tolerance"] is None
+    assert report["eval_not_compared"].startswith(
+        "eval decoded other requests than the sweep (prompts None vs 'mtbench'; max_new_tokens 128 vs 192)"
+    )
+    junk = acceptance_report(results, {"eval": ["not", "a", "mapping"], "benchmark": 3})
+    assert junk is not None
+    assert junk["eval_not_compared"] is None  # unknown params: compared as before, never an error

@@ -236,3 +236,27 @@ def test_fix_keys_reads_the_checkpoint_train_hands_on_not_the_newest_epoch(
     fix = client.get(f"/v1/jobs/{jobs['fix_keys']['id']}", headers=admin).json()
     assert fix["state"] == "queued"
     assert fix["params"]["source"] == f"{runs}/epoch_1"  # the best, though epoch_3 is the newest drafter
+
+
+def test_eval_asks_the_sweeps_requests_unless_told_otherwise(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    """Run 4 on the H200: eval named no prompts and measured the built-in set while the sweep asked MT-Bench,
+    so its prediction sat beside a served figure of other requests. Now it asks what the sweep asks, at the
+    sweep's chain depths; what eval names itself still wins."""
+    configs = [{"steps": 5, "topk": 1, "draft_tokens": 6}, {"steps": 3, "topk": 1, "draft_tokens": 4},
+               {"steps": 5, "topk": 4, "draft_tokens": 8}]  # fmt: skip
+    swept = {"prompts": "mtbench", "max_prompts": 8, "max_new_tokens": 192, "ignore_eos": False,
+             "configs": configs, "launch": {"engine": "sglang"}}  # fmt: skip
+    body = spec(str(tmp_path), eval={"device": "cpu"}, benchmark=swept)
+    created = client.post("/v1/pipelines", json=body, headers=admin)
+    assert created.status_code == 201, created.text
+    evaluated = next(j for j in created.json()["jobs"] if j["kind"] == "eval")["params"]
+    asked = ("prompts", "max_prompts", "max_new_tokens", "ignore_eos", "depths")
+    assert {k: evaluated[k] for k in asked} == {
+        "prompts": "mtbench", "max_prompts": 8, "max_new_tokens": 192, "ignore_eos": False, "depths": [3, 5]
+    }  # fmt: skip
+    own = spec(str(tmp_path), eval={"device": "cpu", "max_prompts": 4, "depths": [7]}, benchmark=swept)
+    evaluated = next(j for j in client.post("/v1/pipelines", json=own, headers=admin).json()["jobs"]
+                     if j["kind"] == "eval")["params"]  # fmt: skip
+    assert (evaluated["max_prompts"], evaluated["depths"], evaluated["prompts"]) == (4, [7], "mtbench")

@@ -10,7 +10,6 @@ and the eager loss (FlexAttention has no CPU backward; the fused losses are GPU 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import sys
@@ -18,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import torch
 from safetensors import safe_open
@@ -266,7 +264,7 @@ def test_the_journey_spec_can_leave_eval_out_and_take_its_own_sweep(tmp_path: Pa
 
     spec = pipeline_spec(tmp_path, tmp_path / "q.jsonl", 10, 2, lr=1e-3, eval_step=False,
                          configs=parse_configs("3,1,4 5,1,6"), repeats=2)  # fmt: skip
-    assert "eval" not in spec
+    assert spec["eval"] is None  # null skips the step; left out, the pipeline would run eval's defaults
     assert spec["train"]["lr"] == 1e-3
     assert spec["benchmark"]["configs"] == [
         {"steps": 3, "topk": 1, "draft_tokens": 4},
@@ -275,13 +273,13 @@ def test_the_journey_spec_can_leave_eval_out_and_take_its_own_sweep(tmp_path: Pa
     assert spec["benchmark"]["repeats"] == 2
     default = pipeline_spec(tmp_path, tmp_path / "q.jsonl", 10, 2)
     assert default["eval"]["prompts"] == str(tmp_path / "q.jsonl")
-    assert (default["benchmark"]["configs"], default["train"]["lr"]) == (CONFIGS, 3e-4)
+    assert (default["benchmark"]["configs"], default["train"]["lr"]) == (CONFIGS, 1e-3)
     with pytest.raises(ValueError, match="zip"):  # a config is three numbers
         parse_configs("3,1")
 
 
 def test_the_best_recipe_is_the_finished_one_with_the_highest_estimate() -> None:
-    from alongside import best_recipe
+    from recipe_sweep import best_recipe
 
     variants = {
         "a": {"returncode": 0, "best": {"est_accept_len": 1.6, "checkpoint": "a/epoch_3"}},
@@ -328,33 +326,3 @@ def test_a_loader_that_keeps_up_dumps_nothing(capfd: pytest.CaptureFixture[str])
 
         faulthandler.cancel_dump_traceback_later()
     assert "most recent call first" not in capfd.readouterr().err
-
-
-def test_runs_beside_the_train_step_are_waited_for_and_stopped_at_the_deadline(tmp_path: Path) -> None:
-    """alongside._wait_all on real detached processes: one that ends is reported with its code, one past the
-    deadline loses its process group (a child it started too) and is marked as stopped."""
-    import time
-
-    from alongside import _wait_all
-    from real_model import _detached
-
-    quick = _detached([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "quick.log")
-    child = "import time; time.sleep(120)"
-    sleeper = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}]); {child}"
-    slow = _detached([sys.executable, "-c", sleeper], tmp_path / "slow.log")
-    time.sleep(2)  # the grandchild has started
-    began = time.monotonic()
-    ended = _wait_all({"quick": quick, "slow": slow}, time.monotonic() + 6)
-    assert time.monotonic() - began < 60
-    assert ended["quick"]["returncode"] == 3
-    assert ended["slow"] == {"returncode": -9, "stopped_at_deadline": True}
-    time.sleep(1)
-    left = [p for p in psutil.process_iter(["status"]) if _group(p) == slow.pid]
-    assert all(p.info["status"] == psutil.STATUS_ZOMBIE for p in left), left  # the grandchild went too
-
-
-def _group(process: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(process.pid)
-    except ProcessLookupError:
-        return None

@@ -41,7 +41,11 @@ from drafting.ml.hidden_store import read_manifest  # noqa: E402
 from drafting.ml.train_data import split_indices  # noqa: E402
 
 DEPTHS = (3, 5, 7)
-PROGRESS_EVERY = 20  # batches between the driver's progress lines
+PROGRESS_EVERY = 20  # batches between the driver's progress lines, after the first FIRST_BATCHES
+# Each of the first batches gets a line: batch k is fetched once step k-1 has run, so the gap from batch 1 to
+# 2 is the first step, which torch.compile dominates (models/eagle3/core.py:192; helper-23 counted ~15
+# forward graphs and their backwards, the TTT loop's graph break making Dynamo compile frame by frame).
+FIRST_BATCHES = 5
 SGLANG_VERSION = "0.5.14"  # the GPU host's SGLang (drafting/sglang_facts.py)
 
 
@@ -116,21 +120,25 @@ class _CountingLoader:
         return len(self._loader)
 
     def __iter__(self) -> Iterator[Any]:
-        began = time.monotonic()
+        began = last = time.monotonic()
         for batch in self._loader:
             self._record["tokens"] += int((batch["document_ids"] != -1).sum())
             self._record["steps"] += 1
             _arm_stall_dump(self._record["stall_s"])  # a batch came: the stall clock starts again
             steps = self._record["steps"]
-            if steps == 1 or steps % PROGRESS_EVERY == 0:
+            now = time.monotonic()
+            if steps <= FIRST_BATCHES or steps % PROGRESS_EVERY == 0:
                 # speculators' own progress bar (rich) prints nothing until it ends when the output is not
-                # a terminal, and its metric lines need its profiling timer: this line shows batches coming
+                # a terminal, and its metric lines come every --log-freq steps: this line shows batches coming
                 print(
                     f"[driver] batch {steps} handed to the trainer ({self._record['tokens']} tokens, "
-                    f"{time.monotonic() - began:.0f} s into this pass)",
+                    f"{now - began:.0f} s into this pass, {now - last:.1f} s after the previous batch)",
                     file=sys.stderr,
                     flush=True,
                 )
+            if steps == 2:  # counted over the whole run: the run's first step, compile included
+                self._record["first_step_s"] = round(now - last, 1)
+            last = now
             yield batch
 
 
@@ -139,6 +147,19 @@ def _arm_stall_dump(stall_s: float) -> None:
     each `stall_s`: on the H200 (2026-12-02) this trainer showed no progress for 6 minutes and nothing said
     where it waited. Re-arming cancels the pending dump."""
     faulthandler.dump_traceback_later(stall_s, repeat=True, file=sys.stderr)
+
+
+def _show_compiling() -> None:
+    """Log each recompilation and graph break of torch.compile (speculators compiles its forward on a GPU),
+    so a long first step reads as compiling in the log, not as a stall."""
+    torch._logging.set_logs(recompiles=True, graph_breaks=True)
+
+
+def _compile_times() -> str:
+    """torch.compile's time per compiled function in this process (empty when nothing compiled)."""
+    from torch._dynamo.utils import compile_times
+
+    return str(compile_times(repr="str"))[-4000:]
 
 
 def _now() -> float:
@@ -200,6 +221,7 @@ def run_speculators(
             super().reset(False)  # its marks call torch.accelerator.synchronize (trainer.py:80, :92)
 
     _reset_peak()
+    _show_compiling()
     began = _now()
     timer = mock.patch.object(trainer, "_StepTimer", Unprofiled) if device == "cpu" else nullcontext()
     _arm_stall_dump(stall_s)  # start-up and the first batch (compile, loader workers) count too
@@ -209,6 +231,7 @@ def run_speculators(
     finally:
         faulthandler.cancel_dump_traceback_later()
     record["wall_s"] = _now() - began
+    record["compile_times"] = _compile_times()
     times = record["epoch_train_s"]
     record["train_s"] = sum(times)
     record["tokens_per_s"] = record["tokens"] / record["train_s"]

@@ -191,6 +191,11 @@ def test_the_driver_trains_both_and_hands_sglang_the_speculators_draft(
     assert len(spec["epoch_train_s"]) == 2
     assert spec["tokens_per_s"] == pytest.approx(spec["tokens"] / sum(spec["epoch_train_s"]))
     assert spec["peak_gpu_bytes"] is None  # no GPU here
+    assert 0 <= spec["first_step_s"] < spec["epoch_train_s"][0]  # the run's first step (on a GPU: compiling)
+    assert spec["compile_times"].startswith("TorchDynamo compilation metrics")  # nothing compiles on the CPU
+    epochs_written = [json.loads(line) for line in (out / "val_epochs.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs_written] == [1, 2]  # each as it ended, for a run stopped later
+    assert epochs_written[-1]["full_acc"] == spec["val"][-1]["full_acc"]
     assert {"lm_head.weight", "embed_tokens.weight"} <= set(spec["frozen"])  # speculators trains no lm_head
     assert run["draft_vocab_same_as_eyas"] is True
     assert [epoch["epoch"] for epoch in spec["val"]] == [1, 2] == [e["epoch"] for e in run["eyas"]["val"]]

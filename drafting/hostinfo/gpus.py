@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -128,3 +130,58 @@ def _optional(read: Any) -> float | None:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def memory_holders(indices: Sequence[int]) -> str | None:
+    """Who else holds memory on these GPUs, as a sentence for an out-of-memory error, or None when no other
+    process holds 1 GiB or more there (or NVML cannot say). On the H200 (2026-12-02, run 4) a training job
+    ran out of memory because five other trainings held 130 GiB of the GPU, and the error advised a smaller
+    batch."""
+    found = inventory()
+    return describe_holders(found.gpus, indices, _in_this_job) if found.error is None else None
+
+
+def describe_holders(
+    gpus: Sequence[GpuInfo], indices: Sequence[int], is_own: Callable[[int], bool]
+) -> str | None:
+    """The sentence `memory_holders` gives, from an inventory and a test of which pids are the job's own."""
+    parts = []
+    for gpu in gpus:
+        if indices and gpu.index not in indices:
+            continue
+        others = [p for p in gpu.processes if not is_own(p.pid)]
+        others.sort(key=lambda p: -(p.used_memory_mib or 0))
+        held = sum(p.used_memory_mib or 0 for p in others)
+        if held < _WORTH_NAMING_MIB:
+            continue
+        named = ", ".join(f"pid {p.pid} ({p.name}) {_gib(p.used_memory_mib or 0)}" for p in others[:4])
+        more = f" and {len(others) - 4} more" if len(others) > 4 else ""
+        parts.append(
+            f"GPU {gpu.index} had {_gib(gpu.memory_used_mib)} of {_gib(gpu.memory_total_mib)} in use, "
+            f"{_gib(held)} of it by {len(others)} other process(es): {named}{more}"
+        )
+    return "; ".join(parts) or None
+
+
+_WORTH_NAMING_MIB = 1024
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def _in_this_job(pid: int) -> bool:
+    """Whether `pid` is in this process's group: the runner starts each job in a group of its own, so its
+    ranks and helpers are in it and every other job's processes are not."""
+    try:
+        return os.getpgid(pid) == os.getpgid(0)
+    except (ProcessLookupError, PermissionError):
+        return False  # not visible here (another container's pid): not ours
+
+
+def out_of_memory_advice(indices: Sequence[int]) -> tuple[str, str | None]:
+    """What to do after a CUDA out-of-memory error on these GPUs, and who else held them (None: no one)."""
+    holders = memory_holders(indices)
+    if holders is None:
+        return "lower batch_size or max_len", None
+    return f"{holders}; free the GPU, or lower batch_size or max_len", holders

@@ -20,6 +20,7 @@ import torch
 
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
+from drafting.hostinfo import gpus
 from drafting.ml import distributed, hidden_store
 from drafting.ml._config import check_aux_layers, default_aux_layers, text_config
 from drafting.ml._dataset import (
@@ -307,10 +308,11 @@ def _extract(
             on_written=progress.update,
         )
     except BatchOutOfMemory as exc:
+        advice, holders = gpus.out_of_memory_advice(ctx.gpus)
         raise StageError(
-            f"{exc}: lower batch_size or max_len",
+            f"{exc}: {advice}",
             reason=TerminationReason.OUT_OF_MEMORY,
-            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len},
+            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len, "other_holders": holders},
         ) from None
     finally:
         _close_writer(writer, progress)

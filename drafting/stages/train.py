@@ -15,6 +15,7 @@ import torch
 
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
+from drafting.hostinfo import gpus
 from drafting.ml import distributed
 from drafting.ml.distributed import Ranks
 from drafting.ml.drafter import Eagle3Drafter, save_drafter
@@ -211,10 +212,11 @@ def _fit(run: _Run, trainer: Trainer, plan: LoopPlan) -> None:
             details={"step": exc.step},
         ) from None
     except StepOutOfMemory as exc:
+        advice, holders = gpus.out_of_memory_advice(run.ctx.gpus)
         raise StageError(
-            f"{exc}: lower batch_size or max_len",
+            f"{exc}: {advice}",
             reason=TerminationReason.OUT_OF_MEMORY,
-            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len},
+            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len, "other_holders": holders},
         ) from None
 
 

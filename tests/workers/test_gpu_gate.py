@@ -61,3 +61,39 @@ def test_shm_with_too_little_free_space_is_dirty(tmp_path: Path) -> None:
     verdict = gate.check([], gate.GateThresholds(min_shm_free_mib=free * 10), shm_path=tmp_path)
     assert verdict.clean is False
     assert "MiB free" in verdict.problems[0]
+
+
+def test_an_out_of_memory_error_names_the_other_processes_on_the_gpu() -> None:
+    """Run 4 on the H200: a training job ran out of memory because five other trainings held 130 GiB of its
+    GPU, and the error advised a smaller batch. The inventory here is built by hand: no GPU exists on this
+    machine, so NVML's answer is the one thing stood in for (the no-NVML path runs for real below)."""
+    mine, theirs = 4242, [1708, 1709, 1711, 1712, 1713]
+    held = [38_000.0, 25_000.0, 36_000.0, 30_000.0, 500.0]
+    procs = [gpus.GpuProcess(p, f"python3 recipes.py {p}", mib) for p, mib in zip(theirs, held, strict=True)]
+    busy = gpus.GpuInfo(0, "GPU-0", "NVIDIA H200", 134_000.0, 143_771.0, 100.0, None, None,
+                        [gpus.GpuProcess(mine, "eyas train", 4_000.0), *procs])  # fmt: skip
+    other = gpus.GpuInfo(1, "GPU-1", "NVIDIA H200", 90_000.0, 143_771.0, 0.0, None, None, procs[:1])
+    text = gpus.describe_holders([busy, other], [0], lambda pid: pid == mine)
+    assert text == (
+        "GPU 0 had 130.9 GiB of 140.4 GiB in use, 126.5 GiB of it by 5 other process(es): "
+        "pid 1708 (python3 recipes.py 1708) 37.1 GiB, pid 1711 (python3 recipes.py 1711) 35.2 GiB, "
+        "pid 1712 (python3 recipes.py 1712) 29.3 GiB, pid 1709 (python3 recipes.py 1709) 24.4 GiB and 1 more"
+    )  # the job's own 4 GiB and GPU 1, which it does not hold, are not named
+    alone = gpus.GpuInfo(0, "GPU-0", "NVIDIA H200", 4_600.0, 143_771.0, 100.0, None, None,
+                         [gpus.GpuProcess(mine, "eyas train", 4_000.0), procs[-1]])  # fmt: skip
+    assert gpus.describe_holders([alone], [0], lambda pid: pid == mine) is None  # 0.5 GiB is not the cause
+    assert gpus.out_of_memory_advice([0]) == ("lower batch_size or max_len", None)  # no NVML here
+
+
+def test_the_jobs_own_processes_are_those_of_its_process_group() -> None:
+    same = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    apart = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        assert gpus._in_this_job(os.getpid()) is True
+        assert gpus._in_this_job(same.pid) is True
+        assert gpus._in_this_job(apart.pid) is False  # another job: the runner gives each its own group
+        assert gpus._in_this_job(2**22 + 1) is False  # a pid this machine cannot see
+    finally:
+        for process in (same, apart):
+            process.kill()
+            process.wait()

@@ -179,6 +179,8 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         compile_drafter=_compiles(params, inputs.device, plan.total_steps),
     )
     run = _Run(ctx, params, ranks, inputs, fingerprint, drafter, optimizer, scheduler, position)
+    if inputs.device.type == "cuda" and ranks.is_main and (holders := gpus.memory_holders(ctx.gpus)):
+        ctx.log(f"warning: {holders}: this run may run out of memory", stream="stderr")
     _fit(run, trainer, plan)
     if not ranks.is_main:
         return {"rank": ranks.rank}

@@ -44,9 +44,9 @@ def acceptance_report(
     if not depths:
         return None
     differs = _requests_differ((params or {}).get("eval"), (params or {}).get("benchmark"))
-    compared = {} if differs else evaluated
     rows = [
-        _row(depth, train.get(depth), evaluated.get(depth), served.get(depth), compared) for depth in depths
+        _row(depth, train.get(depth), evaluated.get(depth), served.get(depth), compare_eval=not differs)
+        for depth in depths
     ]
     return {
         "by_depth": rows,
@@ -72,7 +72,8 @@ def _row(
     train: float | None,
     evaluated: float | None,
     served: float | None,
-    compared: Mapping[int, float],
+    *,
+    compare_eval: bool,
 ) -> dict[str, Any]:
     return {
         "depth": depth,
@@ -80,7 +81,7 @@ def _row(
         "eval": evaluated,
         "served": served,
         "train_error": _relative(train, served),
-        "eval_error": _relative(compared.get(depth), served),
+        "eval_error": _relative(evaluated, served) if compare_eval else None,
     }
 
 

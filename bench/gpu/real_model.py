@@ -229,23 +229,18 @@ def recipes(args: argparse.Namespace) -> None:
     WORK/recipes, reported to OUT/recipes.json. Run it once the pipeline is done: the sweep's GPU gate
     refuses a GPU shared with these, and beside the train step they ran it out of memory (run 4)."""
     work = args.work.resolve()
-    train = _train_params(_pipeline(_client(work), work))
-    subprocess.run(recipes_command(work, train, args.deadline_s), check=True, cwd=ROOT)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "recipes.json").write_bytes((work / "recipes" / "recipes.json").read_bytes())
-
-
-def recipes_command(work: Path, train: dict[str, Any], deadline_s: float = 0) -> list[str]:
-    """bench/gpu/recipes.py with RECIPES on the pipeline's train settings, extraction and held-out set."""
+    train = _train_job(_pipeline(_client(work), work))["params"]
     base = {key: train[key] for key in TRAIN_SETTINGS} | {"device": "cuda"}
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "recipes.py"), train["data"], train["target"]]
     command += [str(work / "recipes"), "--parallel", str(len(RECIPES)), "--base", json.dumps(base)]
-    command += ["--deadline-s", str(deadline_s)]
+    command += ["--deadline-s", str(args.deadline_s)]
     if train.get("held_out_data"):
         command += ["--held-out", train["held_out_data"]]
     for name, overrides in RECIPES.items():
         command += ["--variant", f"{name}={json.dumps(overrides)}"]
-    return command
+    subprocess.run(command, check=True, cwd=ROOT)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "recipes.json").write_bytes((work / "recipes" / "recipes.json").read_bytes())
 
 
 SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the trainers are compared on
@@ -254,7 +249,8 @@ SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the tr
 def speculators(args: argparse.Namespace) -> None:
     """speculators' trainer beside eyas's on the same extraction (bench/gpu/speculators_side_by_side.py),
     detached, once the pipeline has ended: a process on the GPU fails the pipeline's gpu_check and the sweep's
-    own GPU gate (run 3, docs/benchmarks.md), and alone on the GPU its tokens/s compare with eyas's."""
+    own GPU gate (run 3, docs/benchmarks.md), and alone on the GPU its tokens/s compare with eyas's. One
+    loader process: with 8 spawned ones, run 3's trainer printed nothing in 6 minutes."""
     work = args.work.resolve()
     http = _client(work)
     began = time.monotonic()
@@ -262,20 +258,14 @@ def speculators(args: argparse.Namespace) -> None:
         if time.monotonic() - began > args.deadline_s:
             raise SystemExit(f"the pipeline has not ended (state {pipeline['state']})")
         time.sleep(3)
-    command = speculators_command(work, _train_params(pipeline))
-    print("starting:", " ".join(command), flush=True)
-    _detached(command, work / "spec.log")
-
-
-def speculators_command(work: Path, train: dict[str, Any]) -> list[str]:
-    """bench/gpu/speculators_side_by_side.py on the pipeline's extraction with its train settings. One
-    loader process: with 8 spawned ones, run 3's trainer printed nothing in 6 minutes."""
+    train = _train_job(pipeline)["params"]
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "speculators_side_by_side.py")]
     command += [train["data"], str(work / "smollm2"), str(work / "spec"), "--work", str(work)]
     command += ["--sweep-configs", SIDE_BY_SIDE_CONFIGS, "--num-workers", "0"]
     for key in TRAIN_SETTINGS:
         command += [f"--{key.replace('_', '-')}", str(train[key])]
-    return command
+    print("starting:", " ".join(command), flush=True)
+    _detached(command, work / "spec.log")
 
 
 def spec_sweep(args: argparse.Namespace) -> None:
@@ -344,10 +334,10 @@ def _pipeline(http: httpx.Client, work: Path) -> dict[str, Any]:
     return pipeline
 
 
-def _train_params(pipeline: dict[str, Any]) -> dict[str, Any]:
-    """The params of the pipeline's train step (jobs keyed by step: with held_out two share a kind)."""
-    params: dict[str, Any] = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "train")["params"]
-    return params
+def _train_job(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline's train job (jobs keyed by step: with held_out two share a kind)."""
+    job: dict[str, Any] = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "train")
+    return job
 
 
 def _client(work: Path) -> httpx.Client:
@@ -357,7 +347,7 @@ def _client(work: Path) -> httpx.Client:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("phase", choices=[*PHASES, "recipe-sweep"])
+    parser.add_argument("phase", choices=PHASES)
     parser.add_argument("work", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--gguf", type=Path)
@@ -374,12 +364,13 @@ def main() -> None:
         "--held-out", type=int, default=0, help="MT-Bench questions for the held-out validation set (0: none)"
     )
     args = parser.parse_args()
-    if args.phase == "recipe-sweep":
-        from recipe_sweep import recipe_sweep  # it imports this module's helpers
+    PHASES[args.phase](args)
 
-        recipe_sweep(args)
-    else:
-        PHASES[args.phase](args)
+
+def recipe_sweep(args: argparse.Namespace) -> None:
+    from recipe_sweep import recipe_sweep as run  # bench/gpu/recipe_sweep.py imports this module's helpers
+
+    run(args)
 
 
 PHASES = {
@@ -389,6 +380,7 @@ PHASES = {
     "speculators": speculators,
     "spec-sweep": spec_sweep,
     "recipes": recipes,
+    "recipe-sweep": recipe_sweep,
 }
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from real_model import SIDE_BY_SIDE_CONFIGS, _client, _pipeline, run_sweep_job
+from real_model import SIDE_BY_SIDE_CONFIGS, _client, _pipeline, _train_job, run_sweep_job
 
 
 def recipe_sweep(args: argparse.Namespace) -> None:
@@ -27,8 +27,8 @@ def recipe_sweep(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     report = json.loads((work / "recipes" / "recipes.json").read_text())
-    pipeline = _pipeline(_client(work), work)
-    own = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "train")["result"]["best"]
+    http = _client(work)
+    own = _train_job(_pipeline(http, work))["result"]["best"]
     name, best = best_recipe(report["variants"])
     choice = {"recipe": name, "best": best, "pipeline_best": own}
     if best is None or best["est_accept_len"] <= own["est_accept_len"]:
@@ -38,7 +38,7 @@ def recipe_sweep(args: argparse.Namespace) -> None:
     from speculators_side_by_side import sweep_job
 
     spec = sweep_job(work, Path(best["checkpoint"]), SIDE_BY_SIDE_CONFIGS)
-    job = run_sweep_job(_client(work), spec, began, args.deadline_s)
+    job = run_sweep_job(http, spec, began, args.deadline_s)
     (out / "recipe_sweep.json").write_text(json.dumps({**choice, "swept": True, "job": job}, indent=2))
     print(f"recipe {name} sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
 

@@ -12,8 +12,8 @@ a JSON object of train params that differ from the base (`lr`, `epochs`, `step_d
     python3 bench/gpu/recipes.py one PARAMS_JSON RESULT_JSON     # one variant (what the parent runs)
 
 Timings of variants that ran at the same time share the GPU: compare acceptance across variants, and time only
-with `--parallel 1`. Each variant appends its epoch metrics to NAME.result.metrics.jsonl as they come, so one
-stopped at `--deadline-s` (or killed with the machine) still reports the epochs it finished.
+with `--parallel 1`. A variant stopped at `--deadline-s` (or killed with the machine) still reports the epochs
+it finished: the train stage writes each to OUT/NAME/run.json as it ends.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ def run_one(params_file: Path, result_file: Path) -> None:
     from drafting.stages.base import RecordingSink, StageContext
 
     params = TrainParams.model_validate_json(params_file.read_text())
-    sink = _EpochMetricsSink(RecordingSink(), result_file.with_suffix(".metrics.jsonl"))
+    sink = RecordingSink()
     began = time.monotonic()
     result = train.run(StageContext(work_dir=Path(params.output), sink=sink), params)
-    rates = [e["value"] for e in sink.recorded.of_type("metric") if e["name"] == "train/tokens_per_s"]
+    rates = [e["value"] for e in sink.of_type("metric") if e["name"] == "train/tokens_per_s"]
     record = {
         "wall_s": round(time.monotonic() - began, 1),
         "tokens_per_s_median": sorted(rates)[len(rates) // 2] if rates else None,
@@ -52,35 +52,6 @@ def run_one(params_file: Path, result_file: Path) -> None:
         "epochs": [_epoch_row(summary) for summary in result.get("epochs", [])],
     }
     result_file.write_text(json.dumps(record, indent=1))
-
-
-class _EpochMetricsSink:
-    """Records every event and appends the end-of-epoch metrics (`epoch`, then `{source}/...`) to a JSONL
-    file, flushed line by line: what the parent reads of a variant that never wrote its result."""
-
-    PREFIXES = ("epoch", "held_out/", "val/", "train_epoch/")
-
-    def __init__(self, recorded: Any, path: Path) -> None:
-        self.recorded, self._file = recorded, path.open("a", encoding="utf-8")
-
-    def emit(self, event: dict[str, Any]) -> None:
-        self.recorded.emit(event)
-        if event.get("type") == "metric" and str(event["name"]).startswith(self.PREFIXES):
-            self._file.write(json.dumps({"name": event["name"], "value": event["value"]}) + "\n")
-            self._file.flush()
-
-
-def epochs_from_metrics(path: Path) -> list[dict[str, Any]]:
-    """Epoch rows from a variant's metrics file: each `epoch` metric opens the summary of that epoch."""
-    summaries: list[dict[str, float]] = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            metric = json.loads(line)
-            if metric["name"] == "epoch":
-                summaries.append({"epoch": metric["value"]})
-            elif summaries:
-                summaries[-1][metric["name"]] = metric["value"]
-    return [_epoch_row(summary) for summary in summaries]
 
 
 def _epoch_row(summary: dict[str, Any]) -> dict[str, Any]:
@@ -122,18 +93,23 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         for entry in [e for e in running if e[1].poll() is not None]:
             running.remove(entry)
             name, process, result_file = entry
-            results[name] = _finished(variants[name], process.returncode, result_file)
+            results[name] = _finished(variants[name], process.returncode, result_file, out / name)
             print(json.dumps({name: _last(results[name])}), flush=True)
     return {"base": base, "parallel": args.parallel, "deadline_s": args.deadline_s, "variants": results}
 
 
-def _finished(overrides: dict[str, Any], returncode: int, result_file: Path) -> dict[str, Any]:
-    """A variant's report: its result, or (stopped or failed) the epochs its metrics file holds."""
+def _finished(overrides: dict[str, Any], returncode: int, result_file: Path, output: Path) -> dict[str, Any]:
+    """A variant's report: its result, or (stopped or failed) the epochs its run folder's run.json holds."""
+    from drafting.stages._train_record import read_run
+
     result: dict[str, Any] = {"overrides": overrides, "returncode": returncode}
     if result_file.exists():
         return result | json.loads(result_file.read_text())
-    epochs = epochs_from_metrics(result_file.with_suffix(".metrics.jsonl"))
-    return result | {"partial": True, "epochs": epochs}
+    try:
+        epochs = (read_run(output) or {}).get("epochs", [])
+    except ValueError:  # killed while writing it
+        epochs = []
+    return result | {"partial": True, "epochs": [_epoch_row(summary) for summary in epochs]}
 
 
 def _start(out: Path, name: str, params: dict[str, Any]) -> tuple[str, subprocess.Popen[bytes], Path]:

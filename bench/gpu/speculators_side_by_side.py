@@ -366,12 +366,11 @@ def _same_draft_vocab(args: argparse.Namespace, view: Path) -> bool:
 def sweep_job(work: Path, draft: Path, configs: str | None) -> dict[str, Any]:
     """real_model.py's benchmark sweep (its configs, prompts, budget, launch) for `draft`, as a job spec for
     `eyas submit benchmark -f`, against the `eyas up` real_model.py started (allowed root: WORK)."""
-    from real_model import eval_prompts, pipeline_spec  # bench/gpu is sys.path[0] when run as a script
+    from real_model import eval_prompts, parse_configs, pipeline_spec  # bench/gpu is sys.path[0] as a script
 
     bench = pipeline_spec(work, eval_prompts(work), 0, 0)["benchmark"]
     if configs:  # e.g. "3,1,4 5,1,6 7,1,8"
-        names = ("steps", "topk", "draft_tokens")
-        bench["configs"] = [dict(zip(names, map(int, c.split(",")), strict=True)) for c in configs.split()]
+        bench["configs"] = parse_configs(configs)
     launch = {**bench["launch"], "model": str(work / "smollm2"), "draft": str(draft)}
     return {"host": "h200", "params": {**bench, "mode": "sweep", "launch": launch}}
 

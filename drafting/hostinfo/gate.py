@@ -73,13 +73,7 @@ def _gpu_problems(gpu: nvml.GpuInfo, thresholds: GateThresholds, ignore: set[int
     problems = []
     holders = [p for p in gpu.processes if p.pid not in ignore]
     if holders:
-        listed = ", ".join(
-            f"pid {p.pid} ({p.name}, {p.used_memory_mib:.0f} MiB)"
-            if p.used_memory_mib
-            else f"pid {p.pid} ({p.name})"
-            for p in holders
-        )
-        problems.append(f"GPU {gpu.index} is held by {listed}")
+        problems.append(f"GPU {gpu.index} is held by {nvml.listing(holders)}")
     limit = thresholds.idle_baseline_mib + thresholds.memory_margin_mib
     if gpu.memory_used_mib > limit:
         problems.append(

@@ -154,11 +154,10 @@ def describe_holders(
         held = sum(p.used_memory_mib or 0 for p in others)
         if held < _WORTH_NAMING_MIB:
             continue
-        named = ", ".join(f"pid {p.pid} ({p.name}) {_gib(p.used_memory_mib or 0)}" for p in others[:4])
         more = f" and {len(others) - 4} more" if len(others) > 4 else ""
         parts.append(
-            f"GPU {gpu.index} had {_gib(gpu.memory_used_mib)} of {_gib(gpu.memory_total_mib)} in use, "
-            f"{_gib(held)} of it by {len(others)} other process(es): {named}{more}"
+            f"GPU {gpu.index} had {gpu.memory_used_mib:.0f} of {gpu.memory_total_mib:.0f} MiB in use, "
+            f"{held:.0f} MiB of it by {len(others)} other process(es): {listing(others[:4])}{more}"
         )
     return "; ".join(parts) or None
 
@@ -166,8 +165,14 @@ def describe_holders(
 _WORTH_NAMING_MIB = 1024
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB"
+def listing(processes: Sequence[GpuProcess]) -> str:
+    """'pid 1708 (python3 train.py, 38000 MiB), pid 9 (Xorg)': processes as the gate and errors name them."""
+    return ", ".join(
+        f"pid {p.pid} ({p.name}, {p.used_memory_mib:.0f} MiB)"
+        if p.used_memory_mib
+        else f"pid {p.pid} ({p.name})"
+        for p in processes
+    )
 
 
 def _in_this_job(pid: int) -> bool:
@@ -177,11 +182,3 @@ def _in_this_job(pid: int) -> bool:
         return os.getpgid(pid) == os.getpgid(0)
     except (ProcessLookupError, PermissionError):
         return False  # not visible here (another container's pid): not ours
-
-
-def out_of_memory_advice(indices: Sequence[int]) -> tuple[str, str | None]:
-    """What to do after a CUDA out-of-memory error on these GPUs, and who else held them (None: no one)."""
-    holders = memory_holders(indices)
-    if holders is None:
-        return "lower batch_size or max_len", None
-    return f"{holders}; free the GPU, or lower batch_size or max_len", holders

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from contract.events import ArtifactEvent, MetricEvent, ProgressEvent, to_line
 from contract.reasons import TerminationReason
+from drafting.hostinfo import gpus
 from drafting.userfiles import UserFileError
 
 
@@ -44,6 +45,22 @@ class StageError(Exception):
             reason=TerminationReason.BAD_INPUT,
             details={"path": str(exc.path), "problem": exc.problem},
         )
+
+
+def out_of_memory(what: str, batch_size: int, seq_len: int, held: Sequence[int]) -> StageError:
+    """The error of a CUDA out-of-memory on a batch, naming the GPUs' other holders when there are any (run 4
+    on the H200: five other trainings held 130 GiB, and the advice to lower the batch was wrong)."""
+    holders = gpus.memory_holders(held)
+    advice = (
+        "lower batch_size or max_len"
+        if holders is None
+        else f"{holders}; free the GPU, or lower batch_size or max_len"
+    )
+    return StageError(
+        f"{what}: {advice}",
+        reason=TerminationReason.OUT_OF_MEMORY,
+        details={"batch_size": batch_size, "seq_len": seq_len, "other_holders": holders},
+    )
 
 
 class StageCancelled(Exception):

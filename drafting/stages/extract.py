@@ -20,7 +20,6 @@ import torch
 
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
-from drafting.hostinfo import gpus
 from drafting.ml import distributed, hidden_store
 from drafting.ml._config import check_aux_layers, default_aux_layers, text_config
 from drafting.ml._dataset import (
@@ -45,7 +44,7 @@ from drafting.ml.extraction import (
     required_bytes,
 )
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
-from drafting.stages.base import StageContext, StageError
+from drafting.stages.base import StageContext, StageError, out_of_memory
 from drafting.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -308,12 +307,7 @@ def _extract(
             on_written=progress.update,
         )
     except BatchOutOfMemory as exc:
-        advice, holders = gpus.out_of_memory_advice(ctx.gpus)
-        raise StageError(
-            f"{exc}: {advice}",
-            reason=TerminationReason.OUT_OF_MEMORY,
-            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len, "other_holders": holders},
-        ) from None
+        raise out_of_memory(str(exc), exc.batch_size, exc.seq_len, ctx.gpus) from None
     finally:
         _close_writer(writer, progress)
     progress.emit(force=True)

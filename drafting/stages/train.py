@@ -45,7 +45,7 @@ from drafting.ml.trainer import (
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from drafting.stages._train_record import record_epoch, train_result
-from drafting.stages.base import StageCancelled, StageContext, StageError
+from drafting.stages.base import StageCancelled, StageContext, StageError, out_of_memory
 from drafting.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -214,12 +214,7 @@ def _fit(run: _Run, trainer: Trainer, plan: LoopPlan) -> None:
             details={"step": exc.step},
         ) from None
     except StepOutOfMemory as exc:
-        advice, holders = gpus.out_of_memory_advice(run.ctx.gpus)
-        raise StageError(
-            f"{exc}: {advice}",
-            reason=TerminationReason.OUT_OF_MEMORY,
-            details={"batch_size": exc.batch_size, "seq_len": exc.seq_len, "other_holders": holders},
-        ) from None
+        raise out_of_memory(str(exc), exc.batch_size, exc.seq_len, run.ctx.gpus) from None
 
 
 def _resolve(params: TrainParams, ranks: Ranks) -> _Inputs:

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 from contract.params.gpu_check import GpuCheckParams
+from contract.reasons import TerminationReason
 from drafting.hostinfo import gate, gpus, shm
 from drafting.stages import gpu_check
-from drafting.stages.base import RecordingSink, StageContext
+from drafting.stages.base import RecordingSink, StageContext, out_of_memory
 
 
 def test_inventory_without_nvml_reports_zero_gpus_and_the_reason() -> None:
@@ -75,14 +76,18 @@ def test_an_out_of_memory_error_names_the_other_processes_on_the_gpu() -> None:
     other = gpus.GpuInfo(1, "GPU-1", "NVIDIA H200", 90_000.0, 143_771.0, 0.0, None, None, procs[:1])
     text = gpus.describe_holders([busy, other], [0], lambda pid: pid == mine)
     assert text == (
-        "GPU 0 had 130.9 GiB of 140.4 GiB in use, 126.5 GiB of it by 5 other process(es): "
-        "pid 1708 (python3 recipes.py 1708) 37.1 GiB, pid 1711 (python3 recipes.py 1711) 35.2 GiB, "
-        "pid 1712 (python3 recipes.py 1712) 29.3 GiB, pid 1709 (python3 recipes.py 1709) 24.4 GiB and 1 more"
+        "GPU 0 had 134000 of 143771 MiB in use, 129500 MiB of it by 5 other process(es): "
+        "pid 1708 (python3 recipes.py 1708, 38000 MiB), pid 1711 (python3 recipes.py 1711, 36000 MiB), "
+        "pid 1712 (python3 recipes.py 1712, 30000 MiB), pid 1709 (python3 recipes.py 1709, 25000 MiB)"
+        " and 1 more"
     )  # the job's own 4 GiB and GPU 1, which it does not hold, are not named
     alone = gpus.GpuInfo(0, "GPU-0", "NVIDIA H200", 4_600.0, 143_771.0, 100.0, None, None,
                          [gpus.GpuProcess(mine, "eyas train", 4_000.0), procs[-1]])  # fmt: skip
     assert gpus.describe_holders([alone], [0], lambda pid: pid == mine) is None  # 0.5 GiB is not the cause
-    assert gpus.out_of_memory_advice([0]) == ("lower batch_size or max_len", None)  # no NVML here
+    error = out_of_memory("out of memory on a batch of 32 x 640 tokens", 32, 640, [0])  # no NVML here
+    assert error.message == "out of memory on a batch of 32 x 640 tokens: lower batch_size or max_len"
+    assert error.reason == TerminationReason.OUT_OF_MEMORY
+    assert error.details == {"batch_size": 32, "seq_len": 640, "other_holders": None}
 
 
 def test_the_jobs_own_processes_are_those_of_its_process_group() -> None:

@@ -2,9 +2,11 @@
 in torch, and what the serving engine reported in the sweep (SGLang's meta_info on a GPU host) — with each
 prediction's error against the served figure. A user learns whether to trust the cheaper figures next time.
 
-    train     `held_out/est_accept_len_d{N}` of the checkpoint the pipeline carried on when train validated
-              on a held-out extraction (the pipeline's `held_out` prompts), else `val/est_accept_len_d{N}`
-              (the split of the training data); SGLang's chain formula over conditional accuracies either way
+    train     `held_out/sim_accept_len_d{N}` of the checkpoint the pipeline carried on when train validated
+              on a held-out extraction (the pipeline's `held_out` prompts), else `val/sim_accept_len_d{N}`
+              (the split of the training data): serving replayed cycle by cycle on teacher-forced data
+              (drafting/ml/simulated_acceptance.py). Runs recorded before it give their per-position
+              estimate (`est_accept_len_d{N}`), which overstates serving where drafts fail in clusters
     eval      `accept_length_meta` (Σ completion tokens / Σ verify steps, as SGLang counts) at depth N
     served    the sweep row of the chain config N,1,N+1: `accept_len` from the engine's own counters
 
@@ -24,10 +26,17 @@ from contract.params.benchmark import BenchmarkParams
 from contract.params.evaluate import EvalParams
 
 EVAL_TOLERANCE = 0.05  # issue 14: eval's prediction within 5 % of the engine's measured acceptance
-HELD_OUT, SPLIT = "held_out/est_accept_len_d", "val/est_accept_len_d"
+# Where the train column comes from, in order of preference: the held-out extraction before the training
+# data's split, the simulated acceptance before the per-position estimate of runs that predate it.
 TRAIN_SOURCES = {
-    HELD_OUT: "held_out/est_accept_len_d{N} of the selected checkpoint (the held-out extraction)",
-    SPLIT: "val/est_accept_len_d{N} of the selected checkpoint (the training data's validation split)",
+    "held_out/sim_accept_len_d": "held_out/sim_accept_len_d{N} of the selected checkpoint (simulated serving "
+    "on the held-out extraction)",
+    "held_out/est_accept_len_d": "held_out/est_accept_len_d{N} of the selected checkpoint (per-position "
+    "estimate on the held-out extraction; the run predates the simulated acceptance)",
+    "val/sim_accept_len_d": "val/sim_accept_len_d{N} of the selected checkpoint (simulated serving on the "
+    "training data's validation split)",
+    "val/est_accept_len_d": "val/est_accept_len_d{N} of the selected checkpoint (per-position estimate on "
+    "the training data's validation split; the run predates the simulated acceptance)",
 }
 
 
@@ -114,14 +123,17 @@ def _train_estimates(result: Mapping[str, Any] | None) -> tuple[dict[int, float]
     """The selected checkpoint's estimates by depth, and their prefix: the held-out extraction's when that
     epoch has them, else the validation split's."""
     epochs = _mappings((result or {}).get("epochs"))
+    sources = list(TRAIN_SOURCES)
     if not epochs:
-        return {}, SPLIT
+        return {}, sources[-1]
     best = (result or {}).get("best") or {}
     chosen = epochs[-1]
     if (result or {}).get("selected") == best.get("checkpoint"):
         chosen = next((e for e in epochs if e.get("epoch") == best.get("epoch")), chosen)
-    held_out = _by_depth(chosen, HELD_OUT)
-    return (held_out, HELD_OUT) if held_out else (_by_depth(chosen, SPLIT), SPLIT)
+    for prefix in sources:
+        if figures := _by_depth(chosen, prefix):
+            return figures, prefix
+    return {}, sources[-1]
 
 
 def _by_depth(summary: Mapping[str, Any], prefix: str) -> dict[int, float]:

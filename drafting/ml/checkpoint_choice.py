@@ -21,19 +21,22 @@ SOURCES = ("held_out", "val")
 class Choice:
     epoch: int  # 1-based, as the epoch_{n} folders
     keep: Literal["best", "last"]
-    best: dict[str, Any] | None  # {epoch, est_accept_len, depth, source}; None when no epoch was validated
+    # {epoch, est_accept_len (the value), depth, source, metric (which one)}; None when no epoch was validated
+    best: dict[str, Any] | None
 
 
-def estimate(summary: dict[str, Any], depth: int, source: str = "val") -> float | None:
-    """An epoch's estimate at `depth` on `source` (a metric prefix); from its cumulative accuracies when it
-    predates the per-depth metric (1 + sum_{k<d} full_acc_k, the same value); None without that validation."""
-    named = summary.get(f"{source}/est_accept_len_d{depth}")
-    if named is not None:
-        return float(named)
+def named_estimate(summary: dict[str, Any], depth: int, source: str = "val") -> tuple[float, str] | None:
+    """(value, metric) of an epoch's acceptance at `depth` on `source`: the simulated one (serving replayed
+    cycle by cycle, simulated_acceptance.py) when the run recorded it; else the per-position estimate,
+    from the cumulative accuracies when it predates the per-depth metric (1 + sum_{k<d} full_acc_k, the same
+    value); None without that validation. Within one run every epoch has the same kind."""
+    for metric in (f"sim_accept_len_d{depth}", f"est_accept_len_d{depth}"):
+        if (named := summary.get(f"{source}/{metric}")) is not None:
+            return float(named), metric
     cumulative = [summary.get(f"{source}/full_acc_{k}") for k in range(depth)]
     if any(rate is None for rate in cumulative):
         return None
-    return 1.0 + sum(float(rate) for rate in cumulative if rate is not None)
+    return 1.0 + sum(float(rate) for rate in cumulative if rate is not None), f"est_accept_len_d{depth}"
 
 
 def choose(epochs: Sequence[dict[str, Any]], *, depth: int, keep: Literal["best", "last"]) -> Choice | None:
@@ -44,10 +47,18 @@ def choose(epochs: Sequence[dict[str, Any]], *, depth: int, keep: Literal["best"
     last = max(int(summary["epoch"]) for summary in epochs)
     for source in SOURCES:
         scored = [
-            (value, int(s["epoch"])) for s in epochs if (value := estimate(s, depth, source)) is not None
+            (found[0], int(s["epoch"]), found[1])
+            for s in epochs
+            if (found := named_estimate(s, depth, source)) is not None
         ]
         if scored:
-            value, epoch = max(scored)
-            best = {"epoch": epoch, "est_accept_len": value, "depth": depth, "source": source}
+            value, epoch, metric = max(scored)
+            best = {
+                "epoch": epoch,
+                "est_accept_len": value,
+                "depth": depth,
+                "source": source,
+                "metric": metric,
+            }
             return Choice(epoch=epoch if keep == "best" else last, keep=keep, best=best)
     return Choice(epoch=last, keep=keep, best=None)

@@ -29,6 +29,7 @@ import torch
 
 from drafting.ml._compiled import CompiledOnCuda
 from drafting.ml.drafter import Eagle3Drafter
+from drafting.ml.simulated_acceptance import walk_inputs
 
 # Depths (SGLang's --speculative-num-steps) the estimate is reported at, as val/est_accept_len_d{d}, besides
 # the full unroll (est_accept_len): the depths a benchmark sweep usually runs.
@@ -57,6 +58,9 @@ class StepStats:
     correct: list[torch.Tensor] = field(default_factory=list)
     chain_correct: list[torch.Tensor] = field(default_factory=list)
     count: list[torch.Tensor] = field(default_factory=list)
+    # [3, B, S-2] per base position (simulated_acceptance.walk_inputs): what a cycle-by-cycle replay of
+    # serving reads; None when the rows are too short for a single step
+    walk: torch.Tensor | None = None
 
     def add_empty(self, like: torch.Tensor) -> None:
         """A step with no position inside the rows (rows shorter than the unroll) still gets its column."""
@@ -80,6 +84,7 @@ def ttt_objective(
     total = step_outputs[0].new_zeros((), dtype=torch.float32)
     stats = StepStats()
     chain_ok: torch.Tensor | None = None
+    alive: torch.Tensor | None = None  # steps 0..k right *and* counted: a draft chain still accepted
     for step, (hidden, weight) in enumerate(zip(step_outputs, step_weights, strict=True)):
         usable = seq - 2 - step  # base positions j whose predicted token t_{j+2+k} lies inside the row
         if usable <= 0:
@@ -96,6 +101,11 @@ def ttt_objective(
         with torch.no_grad():
             correct = drafter.draft_to_target(logits.argmax(dim=-1)) == target_ids
             chain_ok = correct if chain_ok is None else chain_ok[:, :usable] & correct
+            alive = correct & counted if alive is None else alive[:, :usable] & correct & counted
+            if stats.walk is None:  # step 0 sees every base position: the walk's columns
+                before = targets.loss_mask[:, 1 : 1 + usable]
+                stats.walk = walk_inputs(torch.zeros_like(counted), counted, before)
+            stats.walk[0, :, :usable] += alive
             stats.loss_sum.append(loss_sum.detach())
             stats.loss_count.append(trained.sum())
             stats.correct.append((correct & counted).sum())

@@ -21,6 +21,7 @@ import torch
 from drafting.ml.distributed import sum_across
 from drafting.ml.objective import ACCEPT_DEPTHS, summarise
 from drafting.ml.packing import Pack, PackingReport, epoch_packs, packing_report
+from drafting.ml.simulated_acceptance import accept_lengths
 from drafting.ml.train_data import EpochPlan, HiddenStateDataset, batch_loader, epoch_batches
 from drafting.ml.train_state import RunPosition
 from drafting.ml.trainer import StopRequested, Trainer
@@ -287,15 +288,25 @@ def _validate(
     loader = batch_loader(
         validation.dataset, mine, workers=0, pin_memory=False, pad_multiple=plan.pad_multiple
     )
-    sums = trainer.evaluate(loader)
+    # the estimate's depths the unroll reaches, and the unroll itself (sim_accept_len, as est_accept_len)
+    unroll = trainer.ttt_steps
+    depths = sorted({d for d in plan.accept_depths if d <= unroll} | {unroll})
+    sums, cycles = trainer.validate(loader, depths)
     prefix = validation.name
     metrics: dict[str, float] = {}
-    for name, value in summarise(sums, trainer.step_weights, plan.accept_depths).items():
+    named = summarise(sums, trainer.step_weights, plan.accept_depths)
+    for depth, value in accept_lengths(cycles.cpu(), depths).items():
+        if depth in plan.accept_depths:
+            named[f"sim_accept_len_d{depth}"] = value
+        if depth == unroll:
+            named["sim_accept_len"] = value
+    for name, value in named.items():
         reporter.metric(f"{prefix}/{name}", value, position.global_step)
         metrics[f"{prefix}/{name}"] = value
     reporter.log(
         f"epoch {position.epoch + 1}: {prefix} loss {metrics[f'{prefix}/loss']:.4f} "
         f"acc_0 {metrics[f'{prefix}/acc_0']:.3f} "
-        f"est. acceptance length {metrics[f'{prefix}/est_accept_len']:.2f}"
+        f"simulated acceptance length {metrics.get(f'{prefix}/sim_accept_len', float('nan')):.2f} "
+        f"(per-position estimate {metrics[f'{prefix}/est_accept_len']:.2f})"
     )
     return metrics

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from drafting.ml.distributed import Ranks, max_across, sum_across
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import Targets, ttt_objective
 from drafting.ml.packing import RowLayout
+from drafting.ml.simulated_acceptance import WALK_ROWS, walk
 from drafting.ml.target_head import TargetHead
 from drafting.ml.train_data import Batch
 
@@ -123,13 +124,14 @@ class _Unrolled(nn.Module):
         in_draft: torch.Tensor,
         loss_mask: torch.Tensor,
         layout: RowLayout | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         unroll = self._compiled if self._compiled is not None else self.drafter
         outputs = unroll(drafter_ids, aux, self.ttt_steps, self.attention, layout)
         tokens_after = layout.tokens_after if layout is not None else None
         targets = Targets(probs, argmax, in_draft, loss_mask, tokens_after)
         loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
-        return loss, stats.stacked()
+        walk = stats.walk if stats.walk is not None else drafter_ids.new_zeros(WALK_ROWS, len(drafter_ids), 0)
+        return loss, stats.stacked(), walk
 
 
 class Trainer:
@@ -174,14 +176,16 @@ class Trainer:
                 **_NO_BUFFER_SYNC,
             )
 
-    def _objective(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _objective(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         aux = batch.hidden[:, :, :3].flatten(2)
         probs, argmax = self.head.distribution(batch.hidden[:, :, 3], self.draft_ids)
         drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
         with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
             in_draft = self.in_draft_vocab[argmax]
-            loss, stats = model(drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout)
-        return loss, stats
+            loss, stats, walk = model(
+                drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout
+            )
+        return loss, stats, walk
 
     def step(
         self, batch: Batch, global_step: int, *, stop_requested: bool = False
@@ -194,7 +198,7 @@ class Trainer:
         out_of_memory = False
         loss = stats = None
         try:
-            loss, stats = self._forward(batch)
+            loss, stats, _ = self._forward(batch)
         except torch.OutOfMemoryError:
             out_of_memory = True
         local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
@@ -223,7 +227,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return value, float(grad_norm), stats
 
-    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The step's forward; the first compiled one falls back to eager if the compiler fails (slower,
         never wrong), as a missing or broken compiler should not cost a training run."""
         first, self._first_step = self._first_step, False
@@ -244,15 +248,23 @@ class Trainer:
         batch_size, seq_len = max_across(self.ranks, shape).tolist()
         return StepOutOfMemory(int(batch_size), int(seq_len))
 
-    @torch.no_grad()
     def evaluate(self, batches: Iterable[Batch]) -> torch.Tensor:
         """Step stats summed over this rank's batches and then over all ranks ([5, K], zeros if none)."""
+        return self.validate(batches, ())[0]
+
+    @torch.no_grad()
+    def validate(self, batches: Iterable[Batch], depths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`evaluate`'s step stats, and the simulated acceptance's (tokens, cycles) sums per depth of
+        `depths` ([2, D], simulated_acceptance.walk), both summed over this rank's batches and all ranks."""
         self.drafter.eval()
         total = torch.zeros(5, self.ttt_steps, device=self.device)
+        cycles = torch.zeros(2, len(depths), dtype=torch.float64)
         for batch in batches:
-            _, stats = self._objective(self.unrolled, batch.to(self.device))
+            _, stats, walked = self._objective(self.unrolled, batch.to(self.device))
             total += stats
-        return sum_across(self.ranks, total)
+            if depths:
+                cycles += walk(walked, depths)
+        return sum_across(self.ranks, total), sum_across(self.ranks, cycles.to(self.device))
 
 
 # d2t is the same on every rank and never changes: no buffer broadcast before each forward. torch 2.13

@@ -13,6 +13,7 @@ from contract.params.train import TrainParams
 from drafting.ml.checkpoint_choice import choose
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import ACCEPT_FORMULA
+from drafting.ml.simulated_acceptance import SIMULATED_FORMULA
 from drafting.ml.train_state import RunPosition
 from drafting.stages.base import StageContext
 from drafting.userfiles import Cap, read_user_json_object
@@ -65,7 +66,8 @@ def train_result(
         "aux_layers": drafter.aux_layers,
         "epochs": record["epochs"],
         **_hand_on(ctx, output, params, record["epochs"]),
-        "accept_formula": ACCEPT_FORMULA,
+        "accept_formula": ACCEPT_FORMULA,  # est_accept_len_d{d}: per position, overstates serving
+        "simulated_formula": SIMULATED_FORMULA,  # sim_accept_len_d{d}: epochs are chosen by it
     }
 
 

@@ -110,6 +110,27 @@ def test_the_held_out_extraction_s_estimate_is_preferred_and_named() -> None:
     assert report["sources"]["train"].startswith("val/")
 
 
+def test_the_simulated_acceptance_is_preferred_to_the_per_position_estimate() -> None:
+    """A run recording both: the train column is the simulated decode (run 5, held-out: per position 2.053,
+    simulated to be compared with SGLang's 1.718), with the error against the served figure."""
+    result = train_result(2)
+    result["epochs"][1] |= {
+        "held_out/est_accept_len_d5": 2.053, "held_out/sim_accept_len_d5": 1.74,
+        "val/sim_accept_len_d5": 2.2,
+    }  # fmt: skip
+    report = acceptance_report({"train": result, "benchmark": {"rows": [chain_row(5, 1.718)]}})
+    assert report is not None
+    assert report["by_depth"] == [
+        {"depth": 5, "train_estimate": 1.74, "eval": None, "served": 1.718,
+         "train_error": round((1.74 - 1.718) / 1.718, 4), "eval_error": None},
+    ]  # fmt: skip
+    assert report["sources"]["train"].startswith("held_out/sim_accept_len_d{N} of the selected checkpoint")
+    del result["epochs"][1]["held_out/sim_accept_len_d5"]  # an older held-out record still beats the split
+    split = acceptance_report({"train": result, "benchmark": {"rows": [chain_row(5, 1.718)]}})
+    assert split is not None
+    assert split["sources"]["train"].startswith("held_out/est_accept_len_d{N}")  # held-out first, then kind
+
+
 def test_eval_on_other_requests_than_the_sweep_is_shown_but_not_compared() -> None:
     """eval's figure predicts the served one only on the same requests: with another prompt set or budget the
     report leaves its error out and says what differed (run 4: the built-in set against MT-Bench)."""

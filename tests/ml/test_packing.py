@@ -210,6 +210,14 @@ def test_a_packed_batch_gives_each_samples_own_statistics_at_every_ttt_step(trai
         )
 
 
+def test_a_packed_batch_walks_each_sample_as_its_own_decode(trainer: Trainer) -> None:
+    """The simulated acceptance's cycles never run from one sample into the next."""
+    samples, depths = _samples(), [1, 2, 3]
+    alone = [trainer.validate([_alone(s)], depths)[1] for s in samples]
+    assert all(float(cycles[1].min()) > 0 for cycles in alone)  # every sample is decoded in some cycles
+    torch.testing.assert_close(trainer.validate([_packed(samples)], depths)[1], sum(alone))
+
+
 def test_every_position_of_every_step_equals_the_sample_run_alone(trainer: Trainer) -> None:
     samples = _samples()
     packed = _packed(samples)
@@ -226,8 +234,8 @@ def test_the_packed_loss_is_the_token_mean_of_the_unpacked_batch(trainer: Traine
     unpacked = Collate()(samples)
     packed = _packed(samples)
     with torch.no_grad():
-        loss_unpacked, _ = trainer._objective(trainer.unrolled, unpacked)
-        loss_packed, _ = trainer._objective(trainer.unrolled, packed)
+        loss_unpacked, _, _ = trainer._objective(trainer.unrolled, unpacked)
+        loss_packed, _, _ = trainer._objective(trainer.unrolled, packed)
     torch.testing.assert_close(loss_packed, loss_unpacked, rtol=1e-6, atol=1e-6)
 
 

@@ -53,10 +53,28 @@ def test_choose_weighs_every_recorded_epoch() -> None:
     assert best is not None
     assert last is not None
     assert unvalidated is not None
-    assert best.best == {"epoch": 2, "est_accept_len": pytest.approx(2.7), "depth": 2, "source": "val"}
-    assert (last.epoch, last.best) == (3, {"epoch": 1, "est_accept_len": 2.0, "depth": 5, "source": "val"})
+    assert best.best == {
+        "epoch": 2, "est_accept_len": pytest.approx(2.7), "depth": 2, "source": "val",
+        "metric": "est_accept_len_d2",
+    }  # fmt: skip
+    assert (last.epoch, last.best) == (
+        3, {"epoch": 1, "est_accept_len": 2.0, "depth": 5, "source": "val", "metric": "est_accept_len_d5"}
+    )  # fmt: skip
     assert (unvalidated.epoch, unvalidated.best) == (2, None)
     assert choose([], depth=5, keep="best") is None
+
+
+def test_choose_prefers_the_simulated_acceptance_over_the_per_position_estimate() -> None:
+    # Epoch 1 looks best per position, epoch 2 decodes better cycle by cycle: serving decides.
+    epochs = [
+        {"epoch": 1.0, "val/est_accept_len_d5": 2.6, "val/sim_accept_len_d5": 1.7},
+        {"epoch": 2.0, "val/est_accept_len_d5": 2.4, "val/sim_accept_len_d5": 1.8},
+    ]
+    chosen = choose(epochs, depth=5, keep="best")
+    assert chosen is not None
+    assert chosen.best == {
+        "epoch": 2, "est_accept_len": 1.8, "depth": 5, "source": "val", "metric": "sim_accept_len_d5"
+    }  # fmt: skip
 
 
 def test_select_depth_cannot_pass_the_unroll(tmp_path: Path) -> None:
@@ -103,15 +121,16 @@ def test_a_run_whose_best_epoch_is_not_the_last_hands_on_the_best(
     assert _handed_on(sink) == [str(output / "epoch_1")]
     result, sink = _run(cpu_train_params(target, data, output, **values))
     assert result["epochs_done"] == 3
-    estimates = [e["val/est_accept_len_d5"] for e in result["epochs"]]
+    estimates = [e["val/sim_accept_len_d5"] for e in result["epochs"]]  # serving replayed: what is chosen by
     assert estimates[0] > max(estimates[1:]) + 0.1, estimates  # the best epoch is the first, not the last
     assert result["best"] == {
         "epoch": 1, "est_accept_len": estimates[0], "depth": 5, "source": "val",
-        "checkpoint": str(output / "epoch_1"),
+        "metric": "sim_accept_len_d5", "checkpoint": str(output / "epoch_1"),
     }  # fmt: skip
     assert result["selected"] == str(output / "epoch_1")
     assert result["checkpoint"] == str(output / "epoch_3")  # still the last epoch's, as before
     assert "prod" in result["accept_formula"]
+    assert "cycle by cycle" in result["simulated_formula"]
     assert _handed_on(sink) == [str(output / "epoch_1")]
     assert (output / "epoch_1" / "model.safetensors").is_file()
     for epoch in result["epochs"]:  # the three depths, each the chain formula over the conditional rates
@@ -119,6 +138,8 @@ def test_a_run_whose_best_epoch_is_not_the_last_hands_on_the_best(
         for depth in (3, 5):
             assert epoch[f"val/est_accept_len_d{depth}"] == pytest.approx(accept_length(conditional, depth))
         assert "val/est_accept_len_d7" not in epoch  # past the 5-step unroll
+        assert "val/sim_accept_len_d7" not in epoch
+        assert epoch["val/sim_accept_len"] == epoch["val/sim_accept_len_d5"]  # the unroll is depth 5
     # keep is no part of the run's definition: the finished run hands on its last epoch when asked
     last, sink = _run(cpu_train_params(target, data, output, keep="last", **values))
     assert (last["selected"], last["best"]["epoch"]) == (str(output / "epoch_3"), 1)

@@ -88,11 +88,11 @@ def test_choose_prefers_the_held_out_estimate_over_the_split() -> None:
     assert split_only is not None
     assert (chosen.epoch, chosen.best) == (
         2,
-        {"epoch": 2, "est_accept_len": 1.4, "depth": 3, "source": "held_out"},
+        {"epoch": 2, "est_accept_len": 1.4, "depth": 3, "source": "held_out", "metric": "est_accept_len_d3"},
     )
     assert (split_only.epoch, split_only.best) == (
         1,
-        {"epoch": 1, "est_accept_len": 2.5, "depth": 3, "source": "val"},
+        {"epoch": 1, "est_accept_len": 2.5, "depth": 3, "source": "val", "metric": "est_accept_len_d3"},
     )
     # no split (val_fraction 0): the held-out estimate alone still picks; an older record from full_acc_k
     older = [{"epoch": 1.0, "held_out/full_acc_0": 0.5, "held_out/full_acc_1": 0.25}, {"epoch": 2.0}]
@@ -103,6 +103,7 @@ def test_choose_prefers_the_held_out_estimate_over_the_split() -> None:
         "est_accept_len": 1.75,
         "depth": 2,
         "source": "held_out",
+        "metric": "est_accept_len_d2",
     }
 
 
@@ -117,32 +118,39 @@ def test_a_run_validates_on_the_held_out_extraction_and_picks_its_best_epoch_by_
         val = {k.removeprefix("val/") for k in epoch if k.startswith("val/")}
         held_out = {k.removeprefix("held_out/") for k in epoch if k.startswith("held_out/")}
         assert held_out == val
-        assert {"loss", "acc_0", "full_acc_2", "est_accept_len", "est_accept_len_d3"} <= held_out
-    reported = [e for e in sink.of_type("metric") if e["name"] == "held_out/est_accept_len_d3"]
-    assert [e["value"] for e in reported] == [e["held_out/est_accept_len_d3"] for e in epochs]
+        assert {
+            "loss",
+            "acc_0",
+            "full_acc_2",
+            "est_accept_len_d3",
+            "sim_accept_len",
+            "sim_accept_len_d3",
+        } <= held_out
+    reported = [e for e in sink.of_type("metric") if e["name"] == "held_out/sim_accept_len_d3"]
+    assert [e["value"] for e in reported] == [e["held_out/sim_accept_len_d3"] for e in epochs]
     # Trained on the first 20 words, the drafter predicts their successors well and the others' badly: the
     # split (same words as training) overstates acceptance on the held-out prompts.
     last = epochs[-1]
     assert last["val/acc_0"] > 0.8, last
     assert last["held_out/acc_0"] < last["val/acc_0"] - 0.3, last
     assert last["held_out/est_accept_len_d3"] < last["val/est_accept_len_d3"] - 0.5, last
-    # the best epoch: the highest held-out estimate at depth 3 (ties to the later epoch). Here the split's
-    # estimate rises every epoch (it would hand on epoch 3) while the held-out one does not: they disagree.
-    estimates = [e["held_out/est_accept_len_d3"] for e in epochs]
-    split = [e["val/est_accept_len_d3"] for e in epochs]
+    # the best epoch: the highest held-out simulated acceptance at depth 3 (ties to the later epoch). Here
+    # the split's rises every epoch (it would hand on epoch 3) while the held-out one does not: they disagree.
+    estimates = [e["held_out/sim_accept_len_d3"] for e in epochs]
+    split = [e["val/sim_accept_len_d3"] for e in epochs]
     assert split == sorted(split), split
     assert split[-1] > split[0] + 1.0, split
     best = max(range(3), key=lambda i: (estimates[i], i)) + 1
     assert best != 3, estimates
     assert result["best"] == {
         "epoch": best, "est_accept_len": estimates[best - 1], "depth": 3, "source": "held_out",
-        "checkpoint": str(output / f"epoch_{best}"),
+        "metric": "sim_accept_len_d3", "checkpoint": str(output / f"epoch_{best}"),
     }  # fmt: skip
     assert result["selected"] == str(output / f"epoch_{best}")
     handed_on = [e["path"] for e in sink.of_type("artifact") if e["kind"] == "best_drafter"]
     assert handed_on == [str(output / f"epoch_{best}")]
     recorded = json.loads((output / "run.json").read_text())["epochs"]
-    assert [e["held_out/est_accept_len_d3"] for e in recorded] == estimates
+    assert [e["held_out/sim_accept_len_d3"] for e in recorded] == estimates
     # the held-out set is part of the run's definition: its epochs are compared with each other
     state = load_state(output)
     assert state is not None
@@ -164,7 +172,7 @@ def test_without_a_held_out_set_the_split_chooses_and_the_fingerprint_is_unchang
     result, sink = _run(_params(extractions, output, epochs=1, held_out_data=None))
     assert not [e for e in sink.of_type("metric") if e["name"].startswith("held_out/")]
     assert result["best"]["source"] == "val"
-    assert result["best"]["est_accept_len"] == result["epochs"][0]["val/est_accept_len_d3"]
+    assert result["best"]["est_accept_len"] == result["epochs"][0]["val/sim_accept_len_d3"]
     state = load_state(output)
     assert state is not None
     assert "held_out" not in state["fingerprint"]  # states saved before held_out_data existed still resume
@@ -175,12 +183,12 @@ def test_with_no_split_the_held_out_set_alone_validates_and_chooses(
 ) -> None:
     result, sink = _run(_params(extractions, tmp_path / "run", epochs=1, val_fraction=0.0))
     names = {e["name"] for e in sink.of_type("metric")}
-    assert "held_out/est_accept_len_d3" in names
+    assert {"held_out/est_accept_len_d3", "held_out/sim_accept_len_d3"} <= names
     assert not [n for n in names if n.startswith("val/")]
     epoch = result["epochs"][0]
     assert result["best"]["source"] == "held_out"
-    assert result["best"]["est_accept_len"] == epoch["held_out/est_accept_len_d3"]
-    assert 1.0 <= epoch["held_out/est_accept_len_d3"] <= 4.0
+    assert result["best"]["est_accept_len"] == epoch["held_out/sim_accept_len_d3"]
+    assert 1.0 <= epoch["held_out/sim_accept_len_d3"] <= 4.0
 
 
 def _empty_copy(extraction: Path, folder: Path) -> Path:

@@ -1,5 +1,5 @@
 // A job's metrics by step: every *loss* series on one chart, every *acc_* (accuracy per TTT position) on
-// another, every est_accept_len* (by depth, split and held-out) on a third, each other metric (lr,
+// another, every est_accept_len* and sim_accept_len* (by depth, split and held-out) on a third, each other metric (lr,
 // tokens_per_s…) on its own; fetched incrementally.
 
 import { getJson } from "./api.js";
@@ -12,8 +12,8 @@ const MAX_OTHER_CHARTS = 6;
 function groupOf(name) {
   if (name.includes("loss")) return "loss";
   if (/acc_\d+/.test(name)) return "acc";
-  // one chart for every acceptance estimate: each depth, on the split and on the held-out set
-  if (name.includes("est_accept_len")) return "est_accept_len";
+  // one chart for every acceptance estimate: each depth, per position and simulated, split and held-out
+  if (name.includes("est_accept_len") || name.includes("sim_accept_len")) return "est_accept_len";
   return name;
 }
 

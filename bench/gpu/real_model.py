@@ -17,8 +17,9 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
     python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
                                                         # output, with the pipeline's answer settings
-    python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S]   # issue 15: once the pipeline
-        # ended, speculators' trainer on its extraction with its train settings, detached (WORK/spec)
+    python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S] [--spec-compile]   # issue 15: once
+        # the pipeline ended, speculators' trainer on its extraction with its train settings, detached
+        # (WORK/spec); eager unless --spec-compile
     python3 bench/gpu/real_model.py spec-sweep WORK OUT [--deadline-s S]    # its draft through a chain sweep
     python3 bench/gpu/real_model.py recipes WORK OUT    # after the pipeline: bench/gpu/recipes.py on its
         # extraction and held-out extraction, RECIPES at once (learning rate, epochs, data size)
@@ -262,6 +263,8 @@ def speculators(args: argparse.Namespace) -> None:
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "speculators_side_by_side.py")]
     command += [train["data"], str(work / "smollm2"), str(work / "spec"), "--work", str(work)]
     command += ["--sweep-configs", SIDE_BY_SIDE_CONFIGS, "--num-workers", "0"]
+    if not args.spec_compile:  # run 5: alone, its compile had not finished the first graph in 3.7 min; the
+        command += ["--eager"]  # pipeline's train of the same length (1,190 steps) runs eager too
     for key in TRAIN_SETTINGS:
         command += [f"--{key.replace('_', '-')}", str(train[key])]
     print("starting:", " ".join(command), flush=True)
@@ -358,6 +361,9 @@ def main() -> None:
     parser.add_argument("--no-eval", action="store_true", help="a pipeline without the eval step")
     parser.add_argument("--configs", help='sweep configs "steps,topk,draft_tokens ..." (default: CONFIGS)')
     parser.add_argument("--repeats", type=int, default=3, help="the sweep's interleaved rounds")
+    parser.add_argument(
+        "--spec-compile", action="store_true", help="speculators: its own torch.compile (default: --eager)"
+    )
     parser.add_argument("--deadline-s", type=float, default=540)
     parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")
     parser.add_argument(

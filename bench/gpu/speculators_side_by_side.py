@@ -94,7 +94,8 @@ def speculators_argv(
         # SGLang's EAGLE-3 layer keeps the un-normed residual and (0.5.14) has no input_norm or window
         "--no-norm-before-residual", "--no-norm-before-fc", "--full-attention-indices", "0",
     ]  # fmt: skip
-    if args.device == "cpu":  # FlexAttention has no CPU backward; the fused losses are GPU Triton kernels
+    if args.device == "cpu" or args.eager:  # FlexAttention has no CPU backward and eager it would hold
+        # [heads, tokens, tokens x steps] scores; the fused losses are Triton kernels it autotunes
         argv += ["--draft-attn-impl", "sdpa", "--loss-implementation", "eager"]
     return argv + list(args.speculators_args)
 
@@ -205,9 +206,11 @@ def _epoch_s(record: dict[str, Any]) -> list[float]:
 
 
 def run_speculators(
-    argv: list[str], device: str, stall_s: float = 180.0, val_log: Path | None = None
+    argv: list[str], device: str, stall_s: float = 180.0, val_log: Path | None = None, *, eager: bool = False
 ) -> dict[str, Any]:
-    """speculators' `main(TrainConfig.resolve(argv))`, as `speculators train` runs it, recorded."""
+    """speculators' `main(TrainConfig.resolve(argv))`, as `speculators train` runs it, recorded. `eager`:
+    with TorchDynamo off, so its `conditional_torch_compile` forward (models/utils.py:71, core.py:192) runs
+    as written."""
     import speculators.train.cli as cli
     import speculators.train.trainer as trainer
     from speculators.train.config import TrainConfig
@@ -224,9 +227,11 @@ def run_speculators(
     _show_compiling()
     began = _now()
     timer = mock.patch.object(trainer, "_StepTimer", Unprofiled) if device == "cpu" else nullcontext()
+    compiler = torch._dynamo.config.patch(disable=True) if eager else nullcontext()
+    record["compiled"] = device == "cuda" and not eager  # speculators compiles only where CUDA is
     _arm_stall_dump(stall_s)  # start-up and the first batch (compile, loader workers) count too
     try:
-        with mock.patch.object(cli, "Trainer", _recording_trainer(record, device)), timer:
+        with mock.patch.object(cli, "Trainer", _recording_trainer(record, device)), timer, compiler:
             cli.main(cfg)
     finally:
         faulthandler.cancel_dump_traceback_later()
@@ -330,7 +335,9 @@ def train_main(args: argparse.Namespace) -> int:
     run["settings"] = {"total_seq_len": seq_len, "eyas_steps_per_epoch": -(-n_train // args.batch_size)}
     if args.eyas:
         run["eyas"] = run_eyas(args)
-    run["speculators"] = run_speculators(argv, args.device, args.stall_s, out / "val_epochs.jsonl")
+    run["speculators"] = run_speculators(
+        argv, args.device, args.stall_s, out / "val_epochs.jsonl", eager=args.eager
+    )
     run["settings"]["steps_per_epoch"] = run["speculators"]["steps"] // max(args.epochs, 1)
     run["draft_vocab_same_as_eyas"] = _same_draft_vocab(args, out / "data")
     best = out / "checkpoints" / "checkpoint_best"  # speculators' pick: the lowest validation loss
@@ -401,6 +408,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     for flag, kind, default, helped in OPTIONS:
         parser.add_argument(flag, type=kind, default=default, help=helped)
     parser.add_argument("--eyas", action="store_true", help="also train eyas's stage here first")
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="speculators without torch.compile, with SDPA attention and its eager loss (what it runs on a "
+        "CPU): alone on the H200 its compile had not finished the first graph after 3.7 min (run 5)",
+    )
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--work", type=Path, help="real_model.py's WORK: also write OUT/sweep_job*.json")
     parser.add_argument("--sweep-configs", help='"steps,topk,draft_tokens ..." (default: real_model.py\'s)')

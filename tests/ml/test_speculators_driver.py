@@ -170,6 +170,12 @@ def test_the_speculators_config_is_eyas_schedule_and_what_sglang_serves(
         "train_data_ratio": 0.8,
     }
     assert {key: cfg[key] for key in expected} == expected
+    # On a GPU speculators compiles and autotunes; --eager gives it the CPU's attention and loss there too
+    on_gpu = driver.parse([str(made[1]), str(made[0]), str(tmp_path / "gpu"), "--device", "cuda"])
+    eager = driver.parse([str(made[1]), str(made[0]), str(tmp_path / "gpu"), "--device", "cuda", "--eager"])
+    gpu_argv, eager_argv = (driver.speculators_argv(a, made[1], [1, 2, 3], 256, 0.8) for a in (on_gpu, eager))
+    assert "--draft-attn-impl" not in gpu_argv
+    assert eager_argv[-4:] == ["--draft-attn-impl", "sdpa", "--loss-implementation", "eager"]
 
 
 @pytest.mark.filterwarnings(PIN_MEMORY)
@@ -177,7 +183,7 @@ def test_the_driver_trains_both_and_hands_sglang_the_speculators_draft(
     made: tuple[Path, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    args = _args(made, out, "--eyas", "--val-fraction", "0.25")
+    args = _args(made, out, "--eyas", "--val-fraction", "0.25", "--eager")  # TorchDynamo off: runs the same
     assert driver.train_main(args) == 0
     run = json.loads((out / "speculators_run.json").read_text())
     spec = run["speculators"]
@@ -193,6 +199,7 @@ def test_the_driver_trains_both_and_hands_sglang_the_speculators_draft(
     assert spec["peak_gpu_bytes"] is None  # no GPU here
     assert 0 <= spec["first_step_s"] < spec["epoch_train_s"][0]  # the run's first step (on a GPU: compiling)
     assert spec["compile_times"].startswith("TorchDynamo compilation metrics")  # nothing compiles on the CPU
+    assert spec["compiled"] is False
     epochs_written = [json.loads(line) for line in (out / "val_epochs.jsonl").read_text().splitlines()]
     assert [e["epoch"] for e in epochs_written] == [1, 2]  # each as it ended, for a run stopped later
     assert epochs_written[-1]["full_acc"] == spec["val"][-1]["full_acc"]

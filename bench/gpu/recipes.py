@@ -57,10 +57,11 @@ def run_one(params_file: Path, result_file: Path) -> None:
 def _epoch_row(summary: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"epoch": int(summary["epoch"])}
     for source in ("held_out", "val"):
-        row[source] = {
-            f"d{d}": round(summary[key], 4)
+        row[source] = {  # the simulated decode (what the run chose by) and the per-position estimate
+            f"{kind}_d{d}": round(summary[key], 4)
+            for kind in ("sim", "est")
             for d in DEPTHS
-            if (key := f"{source}/est_accept_len_d{d}") in summary
+            if (key := f"{source}/{kind}_accept_len_d{d}") in summary
         }
         if f"{source}/acc_0" in summary:
             row[source]["acc_0"] = round(summary[f"{source}/acc_0"], 4)

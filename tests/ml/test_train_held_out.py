@@ -285,14 +285,14 @@ def test_recipes_bench_trains_variants_side_by_side_on_one_extraction(
     assert stopped["partial"] is True
     assert 1 <= len(stopped["epochs"]) < 1000
     assert [e["epoch"] for e in stopped["epochs"]] == list(range(1, len(stopped["epochs"]) + 1))
-    assert all(e["held_out"]["d3"] >= 1.0 and "acc_0" in e["val"] for e in stopped["epochs"])
+    assert all(e["held_out"]["sim_d3"] >= 1.0 and "acc_0" in e["val"] for e in stopped["epochs"])
     for name, run in report["variants"].items():
         assert run["returncode"] == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
         assert [e["epoch"] for e in run["epochs"]] == [1, 2]
         for epoch in run["epochs"]:
-            assert set(epoch["held_out"]) == {"d3", "acc_0"}
-            assert epoch["held_out"]["d3"] >= 1.0
-            assert set(epoch["val"]) == {"d3", "acc_0"}
+            assert set(epoch["held_out"]) == {"sim_d3", "est_d3", "acc_0"}
+            assert epoch["held_out"]["sim_d3"] >= 1.0
+            assert set(epoch["val"]) == {"sim_d3", "est_d3", "acc_0"}
         assert run["best"]["source"] == "held_out"
     assert report["variants"]["few"]["overrides"] == {"train_samples": 8}
     assert json.loads((tmp_path / "few.params.json").read_text())["train_samples"] == 8

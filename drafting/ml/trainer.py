@@ -130,8 +130,10 @@ class _Unrolled(nn.Module):
         tokens_after = layout.tokens_after if layout is not None else None
         targets = Targets(probs, argmax, in_draft, loss_mask, tokens_after)
         loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
-        walk = stats.walk if stats.walk is not None else drafter_ids.new_zeros(WALK_ROWS, len(drafter_ids), 0)
-        return loss, stats.stacked(), walk
+        walked = (
+            stats.walk if stats.walk is not None else drafter_ids.new_zeros(WALK_ROWS, len(drafter_ids), 0)
+        )
+        return loss, stats.stacked(), walked
 
 
 class Trainer:
@@ -182,10 +184,10 @@ class Trainer:
         drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
         with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
             in_draft = self.in_draft_vocab[argmax]
-            loss, stats, walk = model(
+            loss, stats, walked = model(
                 drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout
             )
-        return loss, stats, walk
+        return loss, stats, walked
 
     def step(
         self, batch: Batch, global_step: int, *, stop_requested: bool = False

@@ -9,7 +9,7 @@ and when the first command's processes did not survive, starts `eyas up` again a
 its failed step (succeeded steps are reused: the product's own retry). Both write the API report.
 
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
-        [--epochs N] [--lr LR] [--truncated-answers keep|drop] [--held-out N] [--no-eval]
+        [--epochs N] [--lr LR] [--truncated-answers keep|drop] [--held-out N] [--no-eval] [--openers tasks]
         [--configs "3,1,4 5,1,6"] [--repeats N]
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
@@ -67,6 +67,7 @@ def pipeline_spec(
     held_out: Path | None = None,
     *,
     lr: float = 1e-3,
+    openers: str | None = None,
     eval_step: bool = True,
     configs: list[dict[str, int]] | None = None,
     repeats: int = 3,
@@ -78,7 +79,8 @@ def pipeline_spec(
         "workdir": str(work / "runs"),
         "host": "h200",
         "generate": {
-            "self_prompts": {"count": conversations, "temperature": 1.0, "max_new_tokens": 160},
+            "self_prompts": {"count": conversations, "temperature": 1.0, "max_new_tokens": 160}
+            | ({"openers": openers} if openers else {}),
             "temperature": 0.0,
             "max_new_tokens": ANSWER_TOKENS,
             "truncated_answers": truncated,
@@ -170,6 +172,7 @@ def start(args: argparse.Namespace) -> None:
         args.truncated_answers,
         held_out,
         lr=args.lr,
+        openers=args.openers,
         eval_step=not args.no_eval,
         configs=parse_configs(args.configs) if args.configs else None,
         repeats=args.repeats,
@@ -359,6 +362,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--no-eval", action="store_true", help="a pipeline without the eval step")
+    parser.add_argument("--openers", help="self-prompt openers: 'tasks' (docs/generate.md, Openers)")
     parser.add_argument("--configs", help='sweep configs "steps,topk,draft_tokens ..." (default: CONFIGS)')
     parser.add_argument("--repeats", type=int, default=3, help="the sweep's interleaved rounds")
     parser.add_argument(

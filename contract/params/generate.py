@@ -9,14 +9,33 @@ itself (`self_prompts`, as Magpie does: it samples from the chat template's user
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from contract.params.common import HostPath, PromptSource, StageParams
 from contract.params.launch import LaunchParams
+from contract.params.text import BIDI_CONTROL_RE
 
 MAX_SEED = 2**63 - 1  # SGLang's sampling_seed is an int64
+MAX_OPENER_CHARS = 200
+_OPENER_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _check_opener(value: str) -> str:
+    """An opener is the start of one user turn: a few words on one line, no invisible controls."""
+    text = value.strip()
+    if not text:
+        raise ValueError("an opener must have text (it begins a user turn)")
+    if len(text) > MAX_OPENER_CHARS:
+        raise ValueError(f"an opener is longer than {MAX_OPENER_CHARS} characters")
+    if _OPENER_CONTROLS.search(text) or BIDI_CONTROL_RE.search(text):
+        raise ValueError("an opener must not contain control or bidirectional-text characters")
+    return text  # surrounding spaces dropped: the target writes the space before its next word itself
+
+
+Opener = Annotated[str, AfterValidator(_check_opener)]
 
 
 class SelfPromptParams(StageParams):
@@ -35,6 +54,13 @@ class SelfPromptParams(StageParams):
         ge=1,
         le=100_000_000,
         description="user turns to sample at most (default 4 × count): duplicates and filtered ones count",
+    )
+    openers: Annotated[list[Opener], Field(max_length=10_000)] | Literal["tasks"] = Field(
+        default_factory=list,
+        description="beginnings of user turns, taken in turn: the target continues the user-turn prefix "
+        "and the opener (a task-conditioned Magpie), and the user turn is the opener and what it wrote; "
+        "'tasks': eyas's set of task openers (writing, role play, reasoning, maths, code, extraction, "
+        "science, humanities). Empty: the target starts each user turn itself",
     )
 
     @model_validator(mode="after")

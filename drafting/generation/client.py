@@ -55,6 +55,8 @@ class Completion:
     finish: str  # SGLang's finish_reason type: "stop" (an EOS or stop token), "length", "abort"
     completion_tokens: int
     prompt_tokens: int
+    # the generated token ids, where the server sent them (SGLang's and the reference engine's /generate do)
+    output_ids: tuple[int, ...] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -115,7 +117,17 @@ def _completion(response: httpx.Response) -> Completion:
         finish=str(kind) if kind is not None else "unknown",
         completion_tokens=_count(meta.get("completion_tokens")),
         prompt_tokens=_count(meta.get("prompt_tokens")),
+        output_ids=_ids(answer.get("output_ids")),
     )
+
+
+def _ids(value: Any) -> tuple[int, ...] | None:
+    """Token ids as sent (None unless a list of non-negative ints: a read never trusts a shape)."""
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        return None
+    return tuple(value)
 
 
 def _count(value: Any) -> int:

@@ -63,6 +63,18 @@ class RunSettings:
     drop_truncated: bool = False  # a record with an answer that hit max_new_tokens is dropped, not written
 
 
+def user_turn(tokenizer: Any, opener: str, opener_ids: list[int] | None, asked: Completion) -> str:
+    """A self-written user turn: what the target wrote, after the opener when there was one. The opener's
+    tokens and the target's are decoded together where both are known: decoded alone, a continuation can
+    lose the space that its first token carries (a word-piece tokenizer's, or a sentencepiece '▁')."""
+    if not opener:
+        return asked.text
+    if opener_ids is not None and asked.output_ids is not None:
+        return str(tokenizer.decode([*opener_ids, *asked.output_ids], skip_special_tokens=True))
+    text = asked.text  # no ids: a word right after the opener most likely had its space
+    return opener + (" " if text[:1].isalnum() else "") + text
+
+
 def turn_seed(base: int, key: str, turn: int) -> int:
     """A request's sampling seed from the job's seed, the record and the turn: the same record gets the same
     seed whatever the order, concurrency or resume (turn −1: a self prompt's user turn)."""
@@ -187,13 +199,16 @@ class Generation:
         try:
             assert self.facts.user_prefix is not None  # the stage checks both before a run with self prompts
             assert self.settings.user_turn is not None
-            ids = encode(self.tokenizer, self.facts.user_prefix)
+            opener = plan.opener(attempt.index)
+            prefix = encode(self.tokenizer, self.facts.user_prefix)
+            ids = encode(self.tokenizer, self.facts.user_prefix + opener) if opener else prefix
             seed = turn_seed(self.settings.seed, key, -1)
             stops = self.facts.user_stop_ids
             asked = await self._request(client, ids, self.settings.user_turn, seed, stops, where=key)
             if asked is None:
                 return
-            reason, text = plan.judge(asked)
+            opened = ids[len(prefix) :] if ids[: len(prefix)] == prefix else None
+            reason, text = plan.judge(asked, opener, user_turn(self.tokenizer, opener, opened, asked))
             if reason is not None:
                 self.tally.drop(reason, text, where=key)
                 return
@@ -201,6 +216,8 @@ class Generation:
             if await self._answer(client, conversation):
                 plan.kept += 1
                 self.tally.self_written += 1
+                if opener:
+                    self.tally.self_openers[opener] += 1
                 self.on_progress(self.tally)
         finally:
             plan.in_flight -= 1

@@ -22,6 +22,7 @@ class Tally:
     truncated: int = 0  # written, with an answer that hit max_new_tokens
     self_attempts: int = 0
     self_written: int = 0
+    self_openers: Counter[str] = field(default_factory=Counter)  # self-written turns kept, by opener
     dropped: Counter[str] = field(default_factory=Counter)
     examples: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: int = 0
@@ -68,7 +69,8 @@ class Tally:
             },
             "dropped": dict(sorted(self.dropped.items())),
             "drop_examples": dict(sorted(self.examples.items())),
-            "self_prompts": {"attempts": self.self_attempts, "written": self.self_written},
+            "self_prompts": {"attempts": self.self_attempts, "written": self.self_written}
+            | ({"by_opener": dict(sorted(self.self_openers.items()))} if self.self_openers else {}),
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,

@@ -48,6 +48,8 @@ def test_a_generate_job_is_queued_with_its_engine(
         ({"prompts": None}, "params", "nothing to generate from"),
         ({"engine": {"engine": "reference", "draft": "/data/d"}}, "params", "serves the target alone"),
         ({"self_prompts": {"count": 3, "min_chars": 9, "max_chars": 2}}, "params.self_prompts", "max_chars"),
+        ({"self_prompts": {"count": 3, "openers": ["Write \u202e"]}}, "params.self_prompts", "bidirectional"),
+        ({"self_prompts": {"count": 3, "openers": "everything"}}, "params.self_prompts", "'tasks'"),
     ],
 )
 def test_bad_generate_params_are_a_problem_and_store_nothing(

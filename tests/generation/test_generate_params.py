@@ -45,6 +45,16 @@ def test_the_registry_knows_the_kind() -> None:
     assert params.self_prompts.attempts == 20
 
 
+def test_openers_are_a_list_or_the_named_set_and_lose_surrounding_spaces() -> None:
+    listed = parse(self_prompts={"count": 2, "openers": ["  Write a haiku about ", "Solve:"]})
+    assert listed.self_prompts is not None
+    assert listed.self_prompts.openers == ["Write a haiku about", "Solve:"]
+    named = parse(self_prompts={"count": 2, "openers": "tasks"})
+    assert named.self_prompts is not None
+    assert named.self_prompts.openers == "tasks"
+    assert parse(self_prompts={"count": 2}).self_prompts.openers == []  # type: ignore[union-attr]
+
+
 def test_a_round_trip_through_json_keeps_the_params() -> None:
     params = parse(temperature=0.0, multi_turn=False, self_prompts={"count": 3, "min_chars": 4})
     assert GenerateParams.model_validate_json(params.model_dump_json()) == params
@@ -74,6 +84,13 @@ def test_a_round_trip_through_json_keeps_the_params() -> None:
         ({"self_prompts": {"count": 2, "min_chars": 50, "max_chars": 10}}, "above max_chars"),
         ({"self_prompts": {"count": 20, "max_attempts": 5}}, "below count"),
         ({"self_prompts": {"count": 2, "bogus": 1}}, "Extra inputs"),
+        ({"self_prompts": {"count": 2, "openers": ["Write", "  "]}}, "must have text"),
+        ({"self_prompts": {"count": 2, "openers": ["Write\nrm -rf"]}}, "control"),
+        ({"self_prompts": {"count": 2, "openers": ["Write \u202eevil"]}}, "bidirectional"),
+        ({"self_prompts": {"count": 2, "openers": ["Write \ud800"]}}, "surrogate"),
+        ({"self_prompts": {"count": 2, "openers": ["w" * 201]}}, "longer than 200"),
+        ({"self_prompts": {"count": 2, "openers": ["a"] * 10_001}}, "at most 10000"),
+        ({"self_prompts": {"count": 2, "openers": "chores"}}, "'tasks'"),
         ({"engine": {"extra_args": ["--model-path", "/x"]}}, "rendered by eyas"),
         ({"engine": {"env": {"LD_PRELOAD": "/x.so"}}}, "not allowed"),
         ({"surprise": True}, "Extra inputs"),

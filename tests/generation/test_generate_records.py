@@ -12,6 +12,7 @@ import pytest
 from contract.params.generate import SelfPromptParams
 from drafting.generation.client import Completion
 from drafting.generation.inputs import Conversation, Rejected, count_records, read_prompts
+from drafting.generation.openers import TASK_OPENERS
 from drafting.generation.output import DurableWriter, OutputMismatch, prepare_output, self_key
 from drafting.generation.runner import turn_seed
 from drafting.generation.self_prompts import SelfPromptPlan
@@ -184,6 +185,18 @@ def test_self_prompts_are_filtered_by_end_length_and_duplication() -> None:
         "prompt_near_duplicate",
         "prompt_near_duplicate",
     ]
+
+
+def test_openers_are_taken_in_turn_by_attempt_and_begin_the_user_turn() -> None:
+    plan = SelfPromptPlan.resumed(SelfPromptParams(count=4, openers=["Solve:", "Write a poem"]), [], 3)
+    assert [plan.opener(i) for i in (3, 4, 5)] == ["Write a poem", "Solve:", "Write a poem"]
+    assert plan.judge(answer(" 2 + 2 = ?"), "Solve:") == (None, "Solve: 2 + 2 = ?")
+    assert plan.judge(answer("  "), "Solve:")[0] == "prompt_empty"
+    assert plan.judge(answer(" 2 + 2 = ?"), "Solve:")[0] == "prompt_duplicate"
+    assert SelfPromptPlan.resumed(SelfPromptParams(count=1), [], 0).opener(7) == ""
+    tasks = SelfPromptPlan.resumed(SelfPromptParams(count=8, openers="tasks"), [], 0)
+    assert tasks.openers[:8] == tuple(kind[0] for kind in TASK_OPENERS.values())  # every kind, early
+    assert sorted(tasks.openers) == sorted(o for kind in TASK_OPENERS.values() for o in kind)
 
 
 def test_seeds_depend_on_the_record_and_turn_only() -> None:

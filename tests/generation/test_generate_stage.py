@@ -140,6 +140,30 @@ def test_self_prompts_dedupe_filter_and_resume_for_more(chatty: Path, tmp_path: 
     assert int(added[0]["id"].removeprefix("self-")) > max(old_indexes)
 
 
+def test_openers_begin_each_self_written_turn_and_the_target_continues_them(
+    chatty: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "openers.jsonl"
+    self_prompts = {
+        "count": 4, "openers": ["w4", "w7"], "min_chars": 2, "max_chars": 14, "max_new_tokens": 6,
+        "max_attempts": 80,
+    }  # fmt: skip
+    params = generate_params(chatty, output, self_prompts=self_prompts, max_new_tokens=4, concurrency=2)
+    result = generate.run(RecordingContext(work_dir=tmp_path), params)
+
+    users = [r["messages"][0]["content"] for r in output_records(output)]
+    assert len(users) == 4
+    for user in users:  # the opener, then the successor chain from it: the target continued the opener
+        words = user.split()
+        assert words[0] in ("w4", "w7")
+        assert len(words) >= 2, user  # an opener the target wrote nothing after is dropped
+        assert user == answer_words(len(words), start=int(words[0][1:]))
+    by_opener = result["self_prompts"]["by_opener"]
+    assert set(by_opener) <= {"w4", "w7"}
+    assert sum(by_opener.values()) == 4
+    assert "after the opener" in result["drop_examples"]["prompt_empty"]["detail"]
+
+
 def test_a_stop_request_leaves_whole_records(chatty: Path, tmp_path: Path) -> None:
     prompts = write_prompts(tmp_path / "p.jsonl", [{"text": f"w{i} w{i + 1}"} for i in range(30)])
     output = tmp_path / "out.jsonl"

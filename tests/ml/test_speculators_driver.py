@@ -22,7 +22,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from app.pipelines.schemas import Eagle3PipelineCreate
 from contract.params.extract import ExtractParams
+from contract.params.generate import GenerateParams
 from drafting.ml._dataset import read_dataset_rows
 from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
@@ -288,6 +290,15 @@ def test_the_journey_spec_can_leave_eval_out_and_take_its_own_sweep(tmp_path: Pa
     assert (default["benchmark"]["configs"], default["train"]["lr"]) == (CONFIGS, 1e-3)
     with pytest.raises(ValueError, match="zip"):  # a config is three numbers
         parse_configs("3,1")
+    assert "openers" not in default["generate"]["self_prompts"]
+    opened = pipeline_spec(tmp_path, tmp_path / "q.jsonl", 10, 2, openers="tasks")
+    created = Eagle3PipelineCreate(**opened)  # what POST /v1/pipelines validates
+    assert (
+        GenerateParams.model_validate(
+            {**created.generate, "target": "/t", "output": "/o.jsonl"}
+        ).self_prompts.openers
+        == "tasks"
+    )  # type: ignore[union-attr]
 
 
 def test_the_best_recipe_is_the_finished_one_with_the_highest_estimate() -> None:

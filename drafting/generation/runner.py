@@ -267,12 +267,14 @@ class Generation:
         *,
         where: str,
     ) -> Completion | None:
-        self.tally.request_started()
+        started = self.tally.request_started()
         try:
             completion = await complete(client, self.settings.url, ids, sampling, seed=seed, stop_ids=stops)
         except RequestRefused as refused:
             self.tally.drop("request_refused", str(refused), where=where)
             return None
+        finally:
+            self.tally.request_ended(started)
         self.tally.answered(completion)
         return completion
 

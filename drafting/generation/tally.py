@@ -31,14 +31,38 @@ class Tally:
     finish: Counter[str] = field(default_factory=Counter)
     first_request_at: float | None = None
     last_answer_at: float | None = None
+    # Requests in flight over time, so a run shows whether `concurrency` was reached (a server that cannot
+    # keep up shows as long requests at full concurrency, a starved one as fewer in flight)
+    in_flight: int = 0
+    in_flight_s: float = 0.0  # ∫ in_flight dt
+    request_s: float = 0.0  # Σ request latencies
+    ended: int = 0
+    _changed_at: float | None = None
 
     def drop(self, reason: str, detail: str, *, where: str) -> None:
         self.dropped[reason] += 1
         self.examples.setdefault(reason, {"where": where, "detail": detail[:EXAMPLE_CHARS]})
 
-    def request_started(self) -> None:
+    def request_started(self) -> float:
+        now = time.monotonic()
         if self.first_request_at is None:
-            self.first_request_at = time.monotonic()
+            self.first_request_at = now
+        self._advance(now)
+        self.in_flight += 1
+        return now
+
+    def request_ended(self, started: float) -> None:
+        """A request settled, answered or not."""
+        now = time.monotonic()
+        self._advance(now)
+        self.in_flight -= 1
+        self.request_s += now - started
+        self.ended += 1
+
+    def _advance(self, now: float) -> None:
+        if self._changed_at is not None:
+            self.in_flight_s += self.in_flight * (now - self._changed_at)
+        self._changed_at = now
 
     def answered(self, completion: Completion) -> None:
         self.requests += 1
@@ -76,5 +100,7 @@ class Tally:
             "generated_tokens": self.generated_tokens,
             "generation_s": round(self.generation_s, 3),
             "tokens_per_s": round(self.tokens_per_s, 2),
+            "mean_in_flight": round(self.in_flight_s / self.generation_s, 2) if self.generation_s else 0.0,
+            "mean_request_s": round(self.request_s / self.ended, 3) if self.ended else 0.0,
             "finish_reasons": dict(sorted(self.finish.items())),
         }

@@ -122,6 +122,9 @@ def test_self_prompts_dedupe_filter_and_resume_for_more(chatty: Path, tmp_path: 
     assert sorted(users) == ["w0 w1", "w0 w1 w2", "w0 w1 w2 w3"]
     assert first["self_prompts"]["written"] == 3
     assert first["self_prompts"]["attempts"] <= 80
+    # three workers: between one and three requests were in flight on average, each took some time
+    assert 1.0 < first["mean_in_flight"] <= 3.0, first
+    assert 0 < first["mean_request_s"] < first["generation_s"]
     assert {"prompt_too_short", "prompt_duplicate"} <= set(first["dropped"])
     assert {"prompt_too_long", "prompt_truncated"} & set(first["dropped"])
     assert first["drop_examples"]["prompt_too_short"]["detail"] == "2 characters < min_chars 5: 'w0'"

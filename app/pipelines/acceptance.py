@@ -123,17 +123,15 @@ def _train_estimates(result: Mapping[str, Any] | None) -> tuple[dict[int, float]
     """The selected checkpoint's estimates by depth, and their prefix: the held-out extraction's when that
     epoch has them, else the validation split's."""
     epochs = _mappings((result or {}).get("epochs"))
-    sources = list(TRAIN_SOURCES)
-    if not epochs:
-        return {}, sources[-1]
     best = (result or {}).get("best") or {}
-    chosen = epochs[-1]
-    if (result or {}).get("selected") == best.get("checkpoint"):
+    chosen = epochs[-1] if epochs else {}
+    if epochs and (result or {}).get("selected") == best.get("checkpoint"):
         chosen = next((e for e in epochs if e.get("epoch") == best.get("epoch")), chosen)
-    for prefix in sources:
+    *preferred, last = TRAIN_SOURCES
+    for prefix in preferred:
         if figures := _by_depth(chosen, prefix):
             return figures, prefix
-    return {}, sources[-1]
+    return _by_depth(chosen, last), last
 
 
 def _by_depth(summary: Mapping[str, Any], prefix: str) -> dict[int, float]:

@@ -24,7 +24,7 @@ import httpx
 from drafting.generation.client import Completion, RequestRefused, Sampling, complete, new_client
 from drafting.generation.inputs import Conversation, Rejected
 from drafting.generation.output import DurableWriter, Existing, self_key
-from drafting.generation.self_prompts import SelfPromptPlan
+from drafting.generation.self_prompts import SelfPromptPlan, joined
 from drafting.generation.tally import Tally
 from drafting.generation.template import TemplateFacts, encode
 from drafting.prompting.chat import render_messages
@@ -67,12 +67,9 @@ def user_turn(tokenizer: Any, opener: str, opener_ids: list[int] | None, asked: 
     """A self-written user turn: what the target wrote, after the opener when there was one. The opener's
     tokens and the target's are decoded together where both are known: decoded alone, a continuation can
     lose the space that its first token carries (a word-piece tokenizer's, or a sentencepiece '▁')."""
-    if not opener:
-        return asked.text
-    if opener_ids is not None and asked.output_ids is not None:
+    if opener and opener_ids is not None and asked.output_ids is not None:
         return str(tokenizer.decode([*opener_ids, *asked.output_ids], skip_special_tokens=True))
-    text = asked.text  # no ids: a word right after the opener most likely had its space
-    return opener + (" " if text[:1].isalnum() else "") + text
+    return joined(opener, asked.text)
 
 
 def turn_seed(base: int, key: str, turn: int) -> int:
@@ -98,6 +95,8 @@ class Generation:
         self.writer, self.existing, self.cancel = writer, existing, cancel
         self.on_progress = on_progress
         self.tally = Tally()
+        # the user-turn prefix's tokens, once: every self-prompt attempt starts with them
+        self.prefix_ids = encode(tokenizer, facts.user_prefix) if facts.user_prefix is not None else []
 
     def run(self, conversations: Iterable[Conversation | Rejected], plan: SelfPromptPlan | None) -> Tally:
         """Raises Cancelled on a stop request, EngineUnavailable when the server stops answering. Runs its own
@@ -200,7 +199,7 @@ class Generation:
             assert self.facts.user_prefix is not None  # the stage checks both before a run with self prompts
             assert self.settings.user_turn is not None
             opener = plan.opener(attempt.index)
-            prefix = encode(self.tokenizer, self.facts.user_prefix)
+            prefix = self.prefix_ids
             ids = encode(self.tokenizer, self.facts.user_prefix + opener) if opener else prefix
             seed = turn_seed(self.settings.seed, key, -1)
             stops = self.facts.user_stop_ids

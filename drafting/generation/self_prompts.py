@@ -25,6 +25,14 @@ def normalise(text: str) -> str:
     return _NOT_WORD.sub(" ", text.casefold()).strip()
 
 
+def joined(opener: str, text: str) -> str:
+    """An opener and the text the target wrote after it, without their token ids: a word right after the
+    opener most likely had its space (decoded alone, a continuation's first token can lose it)."""
+    if not opener:
+        return text
+    return opener + (" " if text[:1].isalnum() else "") + text
+
+
 @dataclass
 class SelfPromptPlan:
     """How many user turns are still wanted and how many may be sampled; the runner moves the counters."""
@@ -60,9 +68,9 @@ class SelfPromptPlan:
         self, completion: Completion, opener: str = "", written: str | None = None
     ) -> tuple[str | None, str]:
         """(reason to drop or None, the user turn); `written` is the turn as decoded with its opener
-        (runner.user_turn; default: the opener and the completion's text joined). A kept turn is remembered
-        for deduplication at once, so two attempts in flight cannot both keep the same prompt."""
-        text = (opener + completion.text if written is None else written).strip()
+        (runner.user_turn; default: `joined`). A kept turn is remembered for deduplication at once, so two
+        attempts in flight cannot both keep the same prompt."""
+        text = (joined(opener, completion.text) if written is None else written).strip()
         params = self.params
         if completion.finish != "stop":
             return "prompt_truncated", f"no end of turn within {params.max_new_tokens} tokens: {text[:80]!r}"

@@ -59,7 +59,7 @@ class StepStats:
     chain_correct: list[torch.Tensor] = field(default_factory=list)
     count: list[torch.Tensor] = field(default_factory=list)
     # [3, B, S-2] per base position (simulated_acceptance.walk_inputs): what a cycle-by-cycle replay of
-    # serving reads; None when the rows are too short for a single step
+    # serving reads; None unless asked for, or when the rows are too short for a single step
     walk: torch.Tensor | None = None
 
     def add_empty(self, like: torch.Tensor) -> None:
@@ -78,8 +78,11 @@ def ttt_objective(
     step_outputs: list[torch.Tensor],
     targets: Targets,
     step_weights: list[float],
+    *,
+    with_walk: bool = False,
 ) -> tuple[torch.Tensor, StepStats]:
-    """Weighted sum of per-step mean losses, and the step statistics."""
+    """Weighted sum of per-step mean losses, and the step statistics (with the simulated acceptance's walk
+    inputs when `with_walk`: validation asks for them, training steps do not pay for them)."""
     seq = targets.argmax.shape[1]
     total = step_outputs[0].new_zeros((), dtype=torch.float32)
     stats = StepStats()
@@ -101,11 +104,12 @@ def ttt_objective(
         with torch.no_grad():
             correct = drafter.draft_to_target(logits.argmax(dim=-1)) == target_ids
             chain_ok = correct if chain_ok is None else chain_ok[:, :usable] & correct
-            alive = correct & counted if alive is None else alive[:, :usable] & correct & counted
-            if stats.walk is None:  # step 0 sees every base position: the walk's columns
-                before = targets.loss_mask[:, 1 : 1 + usable]
-                stats.walk = walk_inputs(torch.zeros_like(counted), counted, before)
-            stats.walk[0, :, :usable] += alive
+            if with_walk:
+                alive = correct & counted if alive is None else alive[:, :usable] & correct & counted
+                if stats.walk is None:  # step 0 sees every base position: the walk's columns
+                    before = targets.loss_mask[:, 1 : 1 + usable]
+                    stats.walk = walk_inputs(torch.zeros_like(counted), counted, before)
+                stats.walk[0, :, :usable] += alive
             stats.loss_sum.append(loss_sum.detach())
             stats.loss_count.append(trained.sum())
             stats.correct.append((correct & counted).sum())

@@ -124,12 +124,13 @@ class _Unrolled(nn.Module):
         in_draft: torch.Tensor,
         loss_mask: torch.Tensor,
         layout: RowLayout | None = None,
+        with_walk: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         unroll = self._compiled if self._compiled is not None else self.drafter
         outputs = unroll(drafter_ids, aux, self.ttt_steps, self.attention, layout)
         tokens_after = layout.tokens_after if layout is not None else None
         targets = Targets(probs, argmax, in_draft, loss_mask, tokens_after)
-        loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights)
+        loss, stats = ttt_objective(self.drafter, outputs, targets, self.step_weights, with_walk=with_walk)
         walked = (
             stats.walk if stats.walk is not None else drafter_ids.new_zeros(WALK_ROWS, len(drafter_ids), 0)
         )
@@ -178,14 +179,16 @@ class Trainer:
                 **_NO_BUFFER_SYNC,
             )
 
-    def _objective(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _objective(
+        self, model: nn.Module, batch: Batch, *, with_walk: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         aux = batch.hidden[:, :, :3].flatten(2)
         probs, argmax = self.head.distribution(batch.hidden[:, :, 3], self.draft_ids)
         drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
         with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
             in_draft = self.in_draft_vocab[argmax]
             loss, stats, walked = model(
-                drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout
+                drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout, with_walk
             )
         return loss, stats, walked
 
@@ -262,7 +265,7 @@ class Trainer:
         total = torch.zeros(5, self.ttt_steps, device=self.device)
         cycles = torch.zeros(2, len(depths), dtype=torch.float64)
         for batch in batches:
-            _, stats, walked = self._objective(self.unrolled, batch.to(self.device))
+            _, stats, walked = self._objective(self.unrolled, batch.to(self.device), with_walk=bool(depths))
             total += stats
             if depths:
                 cycles += walk(walked, depths)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import Targets, soft_cross_entropy, summarise, ttt_objective
+from drafting.ml.simulated_acceptance import accept_lengths, walk
 
 VOCAB = 8
 
@@ -43,7 +44,7 @@ def test_step_k_at_position_j_is_scored_against_the_target_at_j_plus_1_plus_k() 
             [[0, 0, 0, 1, 1, 1]], dtype=torch.bool
         ),  # token j+2+k must be an assistant token
     )
-    loss, stats = ttt_objective(_identity_drafter(), [step0, step1], targets, [1.0, 0.8])
+    loss, stats = ttt_objective(_identity_drafter(), [step0, step1], targets, [1.0, 0.8], with_walk=True)
     _loss_sum, loss_count, correct, chain, count = stats.stacked().tolist()
     assert count == [3, 3]  # step 0 counts j = 1..3 (token 2 is not masked in), step 1 counts j = 0..2
     assert correct == [2, 2]  # step 0: j = 1, 3; step 1: j = 0, 2
@@ -53,6 +54,17 @@ def test_step_k_at_position_j_is_scored_against_the_target_at_j_plus_1_plus_k() 
     assert metrics["est_accept_len"] == 1 + 2 / 3 + 1 / 3
     assert metrics["acc_1"] == 2 / 3
     assert loss.item() > 0
+    # What the simulated acceptance walks. j = 0's step 0 is right but not counted (t_2 is not an
+    # assistant token): no chain starts there.
+    assert stats.walk is not None
+    chains, counted, before = stats.walk[:, 0].tolist()
+    assert (chains, counted, before) == ([0, 1, 0, 1], [0, 1, 1, 1], [0, 0, 1, 1])
+    # The answer t_3..t_5: the decode starts at j = 2 (t_3 from the prefill), step 0 wrong -> bonus t_4;
+    # j = 3: step 0 right (t_5) and the answer ends: 3 tokens in 2 cycles, where the per-position figure
+    # above says 2.
+    assert accept_lengths(walk(stats.walk, [2]), [2]) == {2: 3 / 2}
+    _, training = ttt_objective(_identity_drafter(), [step0, step1], targets, [1.0, 0.8])
+    assert training.walk is None  # a training step does not pay for the walk
 
 
 def test_soft_cross_entropy_is_cross_entropy_with_probability_targets() -> None:

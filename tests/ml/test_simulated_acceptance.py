@@ -10,18 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from drafting.ml.capture import capture_hidden_states, extraction_indices, num_decoder_layers
 from drafting.ml.drafter import Eagle3Drafter, load_drafter
-from drafting.ml.objective import Targets, summarise, ttt_objective
 from drafting.ml.simulated_acceptance import accept_lengths, walk, walk_row
 from drafting.ml.target_head import TargetHead, load_target_head
 from drafting.ml.train_data import Batch
 from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer
 from drafting.serving.decoding import DecodeLimits, speculative_decode
-from tests.ml.test_objective import VOCAB, _identity_drafter, _predicting
 from tests.serving.serving_tiny_models import make_pair
 
 
@@ -81,31 +78,6 @@ def test_packed_samples_are_walked_apart_and_summed_over_rows() -> None:
     # row 1: the same second sample: 1 + 3 in 2 cycles.
     assert sums.tolist() == [[4 + 4 + 4], [1 + 2 + 2]]
     assert accept_lengths(sums, [3]) == {3: 12 / 5}
-
-
-def test_the_objective_hands_the_walk_its_chains() -> None:
-    # test_objective's hand-built case: step 0 right at j = 1, 3; step 1 right at j = 0, 2.
-    target_argmax = torch.tensor([[5, 1, 2, 3, 4, 6]])
-    step0 = _predicting([1, 2, 7, 4, 0, 0])
-    step1 = _predicting([2, 7, 4, 0, 0, 0])
-    targets = Targets(
-        probs=F.one_hot(target_argmax, VOCAB).float(),
-        argmax=target_argmax,
-        in_draft=torch.ones(1, 6, dtype=torch.bool),
-        loss_mask=torch.tensor([[0, 0, 0, 1, 1, 1]], dtype=torch.bool),
-    )
-    _, stats = ttt_objective(_identity_drafter(), [step0, step1], targets, [1.0, 0.8])
-    assert stats.walk is not None
-    chains, counted, before = stats.walk[:, 0].tolist()
-    # j = 0's step 0 is right but not counted (t_2 is not an assistant token): no chain from there.
-    assert chains == [0, 1, 0, 1]
-    assert counted == [0, 1, 1, 1]
-    assert before == [0, 0, 1, 1]
-    # The answer t_3..t_5: the decode starts at j = 2 (t_3 from the prefill), step 0 wrong -> bonus t_4;
-    # j = 3: step 0 right (t_5) and the answer ends: 3 tokens in 2 cycles.
-    sums = walk(stats.walk, [2])
-    assert accept_lengths(sums, [2]) == {2: 3 / 2}
-    assert summarise(stats.stacked(), [1.0, 0.8])["est_accept_len"] == pytest.approx(2.0)  # 1 + 2/3 + 1/3
 
 
 @pytest.mark.parametrize("depth", [2, 4])

@@ -44,10 +44,17 @@ def prompts(path: Path, count: int = 16) -> Path:
     return write_jsonl(path, lines)
 
 
-def spec(work: Path, depths: list[int], device: str = "cuda", engine: str = "sglang") -> dict[str, Any]:
+def spec(
+    work: Path,
+    depths: list[int],
+    device: str = "cuda",
+    engine: str = "sglang",
+    graph_max_bs: int | None = None,
+) -> dict[str, Any]:
     launch: dict[str, Any] = {"engine": engine}
     if engine == "sglang":
-        launch.update({"mem_fraction_static": 0.5, "extra_args": SGLANG_ARGS})
+        graphs = ["--cuda-graph-max-bs", str(graph_max_bs)] if graph_max_bs else []
+        launch.update({"mem_fraction_static": 0.5, "extra_args": [*SGLANG_ARGS, *graphs]})
     return {
         "template": "eagle3",
         "target": str(work / "target"),
@@ -95,6 +102,12 @@ def main() -> None:
     parser.add_argument(
         "--layers", type=int, default=8, help="more and wider: less launch-bound, as real 7B+"
     )
+    parser.add_argument(
+        "--graph-max-bs",
+        type=int,
+        help="capture CUDA graphs up to this batch size only (the sweep runs one request at a time): "
+        "each launch of a 7B shape captures in seconds instead of a minute; graphs stay on",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     work, out = args.work.resolve(), args.out
@@ -102,7 +115,7 @@ def main() -> None:
     heads = args.hidden // 64  # Llama's head size; 4 query heads per KV head, an MLP 2.75 times as wide
     successor_target(
         work / "target", hidden=args.hidden, heads=heads, kv_heads=heads // 4, layers=args.layers,
-        intermediate=round(2.75 * args.hidden / 128) * 128, dtype=torch.bfloat16,
+        intermediate=round(2.75 * args.hidden / 128) * 128, dtype=torch.bfloat16, device=args.device,
     )  # fmt: skip
     import random
 
@@ -128,7 +141,8 @@ def main() -> None:
         output=out / "eyas_up.log",
     )
     try:
-        pipeline = spec(work, [int(d) for d in args.depths.split(",")], args.device, args.engine)
+        depths = [int(d) for d in args.depths.split(",")]
+        pipeline = spec(work, depths, args.device, args.engine, args.graph_max_bs)
         run(work, out, started, args.deadline_s, pipeline)
     finally:
         proc.terminate_group(up.pid, grace_s=20, popen=up)

@@ -65,8 +65,10 @@ def successor_target(
     layers: int = 8,
     intermediate: int | None = None,
     dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ) -> Path:
-    """Save a Llama whose greedy next token is `successor(current token)`, with its tokenizer."""
+    """Save a Llama whose greedy next token is `successor(current token)`, with its tokenizer. `device` is
+    where it is built: a 7B shape takes minutes to initialise on a CPU and seconds on a GPU."""
     torch.manual_seed(0)
     config = LlamaConfig(
         **{
@@ -79,11 +81,13 @@ def successor_target(
             "max_position_embeddings": 4096,
         }
     )
-    model = LlamaForCausalLM(config).eval()
+    with torch.device(device):
+        model = LlamaForCausalLM(config).eval()
     for layer in model.model.layers:
         layer.self_attn.o_proj.weight.zero_()
         layer.mlp.down_proj.weight.zero_()
-    basis, _ = torch.linalg.qr(torch.randn(hidden, config.vocab_size))  # orthonormal columns, one per token
+    # orthonormal columns, one per token
+    basis, _ = torch.linalg.qr(torch.randn(hidden, config.vocab_size, device=device))
     model.model.embed_tokens.weight.copy_(basis.T * 0.05)
     normed = basis.T * hidden**0.5  # what the final RMS norm makes of each embedding
     model.lm_head.weight.zero_()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import random
 import sys
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from drafting import proc  # noqa: E402
-from drafting.ml.demo_assets import WORDS, chat, successor_target, write_jsonl  # noqa: E402
+from drafting.ml.demo_assets import WORDS, sentence, successor_target, write_jsonl  # noqa: E402
 
 SGLANG_ARGS = [
     "--attention-backend",
@@ -36,9 +38,20 @@ SGLANG_ARGS = [
 ]  # the offline wheel set carries no flashinfer (../shared/gpu/README.md); CUDA graphs on, as deployments run
 
 
-def prompts(path: Path, count: int = 16) -> Path:
-    import random
+def successor_chat(rng: random.Random, turns: int = 3, words: int = 20) -> dict[str, Any]:
+    """User turns of random words; assistant turns that follow the successor rule, as the target's own greedy
+    answers do (regenerated data, the field's recipe). On random assistant words a drafter of the 7B shape
+    reached validation accept 3.58 yet 1.42 on the sweep's prompts, whose continuations are chains."""
+    messages = []
+    for _ in range(turns):
+        start = rng.randrange(len(WORDS))
+        chain = " ".join(WORDS[(start + step) % len(WORDS)] for step in range(words))
+        messages.append({"role": "user", "content": sentence(rng, words)})
+        messages.append({"role": "assistant", "content": chain})
+    return {"messages": messages}
 
+
+def prompts(path: Path, count: int = 16) -> Path:
     rng = random.Random(7)
     lines = [{"text": " ".join(rng.choice(WORDS) for _ in range(12))} for _ in range(count)]
     return write_jsonl(path, lines)
@@ -50,6 +63,8 @@ def spec(
     device: str = "cuda",
     engine: str = "sglang",
     graph_max_bs: int | None = None,
+    epochs: int = 2,
+    lr: float = 3e-4,
 ) -> dict[str, Any]:
     launch: dict[str, Any] = {"engine": engine}
     if engine == "sglang":
@@ -64,11 +79,11 @@ def spec(
         "extract": {"device": device, "max_len": 256, "batch_size": 16},
         "train": {
             "device": device,
-            "epochs": 2,
+            "epochs": epochs,
             "batch_size": 8,
             "max_len": 256,
             "draft_vocab_size": 64,
-            "lr": 3e-4,
+            "lr": lr,
             "init_lm_head": "random",
             "ttt_steps": 7,
         },
@@ -108,19 +123,26 @@ def main() -> None:
         help="capture CUDA graphs up to this batch size only (the sweep runs one request at a time): "
         "each launch of a 7B shape captures in seconds instead of a minute; graphs stay on",
     )
+    parser.add_argument("--epochs", type=int, default=2, help="a 7B shape learns the rule more slowly")
+    parser.add_argument("--lr", type=float, default=3e-4)
     args = parser.parse_args()
     started = time.monotonic()
     work, out = args.work.resolve(), args.out
     work.mkdir(parents=True, exist_ok=True)
     heads = args.hidden // 64  # Llama's head size; 4 query heads per KV head, an MLP 2.75 times as wide
-    successor_target(
-        work / "target", hidden=args.hidden, heads=heads, kv_heads=heads // 4, layers=args.layers,
-        intermediate=round(2.75 * args.hidden / 128) * 128, dtype=torch.bfloat16, device=args.device,
+    # built in a child process: its CUDA memory goes with it, so eyas's GPU gate finds the GPU clean
+    build = multiprocessing.get_context("spawn").Process(
+        target=successor_target, args=(work / "target",),
+        kwargs={"hidden": args.hidden, "heads": heads, "kv_heads": heads // 4, "layers": args.layers,
+                "intermediate": round(2.75 * args.hidden / 128) * 128, "dtype": torch.bfloat16,
+                "device": args.device},
     )  # fmt: skip
-    import random
-
+    build.start()
+    build.join()
+    if build.exitcode != 0:
+        raise SystemExit(f"building the target failed (exit {build.exitcode})")
     rng = random.Random(0)
-    write_jsonl(work / "chats.jsonl", [chat(rng, turns=3, words=20) for _ in range(400)])
+    write_jsonl(work / "chats.jsonl", [successor_chat(rng) for _ in range(400)])
     prompts(work / "prompts.jsonl")
     up = proc.spawn(
         [
@@ -142,7 +164,7 @@ def main() -> None:
     )
     try:
         depths = [int(d) for d in args.depths.split(",")]
-        pipeline = spec(work, depths, args.device, args.engine, args.graph_max_bs)
+        pipeline = spec(work, depths, args.device, args.engine, args.graph_max_bs, args.epochs, args.lr)
         run(work, out, started, args.deadline_s, pipeline)
     finally:
         proc.terminate_group(up.pid, grace_s=20, popen=up)

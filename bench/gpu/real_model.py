@@ -172,7 +172,7 @@ def start(args: argparse.Namespace) -> None:
         args.truncated_answers,
         held_out,
         lr=args.lr,
-        openers=args.openers,
+        openers=None if args.openers == "none" else args.openers,
         eval_step=not args.no_eval,
         configs=parse_configs(args.configs) if args.configs else None,
         repeats=args.repeats,
@@ -362,7 +362,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--no-eval", action="store_true", help="a pipeline without the eval step")
-    parser.add_argument("--openers", help="self-prompt openers: 'tasks' (docs/generate.md, Openers)")
+    parser.add_argument(
+        "--openers",
+        default="tasks",
+        help="self-prompt openers (docs/generate.md, Openers): 'tasks' (default; run 6 against run 5: "
+        "held-out first-token accuracy 0.509 -> 0.594) or 'none' for the target's prefix alone",
+    )
     parser.add_argument("--configs", help='sweep configs "steps,topk,draft_tokens ..." (default: CONFIGS)')
     parser.add_argument("--repeats", type=int, default=3, help="the sweep's interleaved rounds")
     parser.add_argument(

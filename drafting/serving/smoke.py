@@ -257,7 +257,7 @@ def judge(
         message = (
             f"acceptance {accept} is under {options.min_accept_length} (~1.0 accepted token per step): draft "
             "weights probably not loaded (names SGLang drops silently) / wrong algorithm (EAGLE for an "
-            "EAGLE-3 draft)"
+            "EAGLE-3 draft) / a drafter that learned nothing (its train result's acc_0 near chance)"
         )
         return SmokeReport("acceptance_too_low", message, **common)
     divergences: list[Divergence] = []

@@ -55,6 +55,7 @@ def test_demo_writes_a_real_model_pipeline_from_prompts(tmp_path: Path) -> None:
     # on (the held-out set), both held out of the training generate
     assert by_step["generate"]["prompts"] == str(demo / "train_prompts.jsonl")
     assert set(by_step["generate"]["holdout_prompts"]) == {str(evaluated), str(validated)}
+    assert by_step["generate"]["self_prompts"]["openers"] == "tasks"  # measured better on MT-Bench (H200)
     assert by_step["generate_held_out"]["prompts"] == str(validated)
     assert by_step["generate_held_out"]["holdout_prompts"] == [str(evaluated)]
     assert by_step["eval"]["prompts"] == by_step["benchmark"]["prompts"] == str(evaluated)

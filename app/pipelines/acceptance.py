@@ -13,7 +13,10 @@ prediction's error against the served figure. A user learns whether to trust the
 Errors are relative to the served figure: (predicted − served) / served. Nothing here is measured anew; a
 step that has not run (or kept no figure) leaves its column null. eval's error is left null, and the report
 says why, when eval decoded other requests than the sweep (another prompt set or budget): its figure then
-predicts nothing about the served one.
+predicts nothing about the served one. The train column never decodes the sweep's requests: it replays
+teacher-forced answers of the held-out (or validation) prompts. `train_compared_on` says which, so a
+train_error between two prompt sets is read as one (run 5: 72 held-out MT-Bench questions against the
+sweep's 8 others).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def acceptance_report(
             if differs
             else None
         ),
+        "train_compared_on": _train_prompts(train_source, params or {}) if train else None,
         "sources": {
             "train": TRAIN_SOURCES[train_source],
             "eval": "accept_length_meta",
@@ -106,6 +110,22 @@ def _requests_differ(evaluated: Any, swept: Any) -> str | None:
         if ours != theirs:
             differences.append(f"{name} {ours!r} vs {theirs!r}")
     return "; ".join(differences) or None
+
+
+def _train_prompts(source: str, params: Mapping[str, Any]) -> str | None:
+    """Which prompts the train column replayed, beside the sweep's: None when the params do not say."""
+    if source.startswith("val/"):
+        return "the training data's validation split, not the sweep's prompts: train_error compares two sets"
+    held_out, swept = params.get("generate_held_out"), params.get("benchmark")
+    if not (isinstance(held_out, Mapping) and isinstance(swept, Mapping)):
+        return None
+    ours, theirs = (
+        held_out.get("prompts"),
+        swept.get("prompts", BenchmarkParams.model_fields["prompts"].default),
+    )
+    if ours == theirs:
+        return f"the sweep's prompts ({ours!r}), answered by the target in generate, teacher-forced"
+    return f"held-out prompts {ours!r}, the sweep's {theirs!r}: train_error compares two sets"
 
 
 def _relative(predicted: float | None, served: float | None) -> float | None:

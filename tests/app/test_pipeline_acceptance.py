@@ -154,3 +154,37 @@ def test_eval_on_other_requests_than_the_sweep_is_shown_but_not_compared() -> No
     junk = acceptance_report(results, {"eval": ["not", "a", "mapping"], "benchmark": 3})
     assert junk is not None
     assert junk["eval_not_compared"] is None  # unknown params: compared as before, never an error
+
+
+def test_the_report_says_which_prompts_the_train_column_replayed() -> None:
+    """The train figure replays held-out (or validation) answers, never the sweep's requests: a train_error
+    across two prompt sets is named as one (run 5: 72 held-out questions against the sweep's 8)."""
+    result = train_result(2)
+    result["epochs"][1] |= {"held_out/sim_accept_len_d5": 2.126}
+    results = {"train": result, "benchmark": {"rows": [chain_row(5, 1.718)]}}
+    params = {
+        "generate_held_out": {"prompts": "/w/mtbench_held_out.jsonl"},
+        "benchmark": {"prompts": "/w/mtbench_eval.jsonl", "mode": "sweep"},
+    }
+    report = acceptance_report(results, params)
+    assert report is not None
+    assert report["train_compared_on"] == (
+        "held-out prompts '/w/mtbench_held_out.jsonl', the sweep's '/w/mtbench_eval.jsonl': train_error "
+        "compares two sets"
+    )
+    assert report["by_depth"][0]["train_error"] == round((2.126 - 1.718) / 1.718, 4)  # still given
+    params["benchmark"]["prompts"] = "/w/mtbench_held_out.jsonl"
+    same = acceptance_report(results, params)
+    assert same is not None
+    assert same["train_compared_on"].startswith("the sweep's prompts ('/w/mtbench_held_out.jsonl')")
+    split = acceptance_report(
+        {"train": train_result(2), "benchmark": {"rows": [chain_row(5, 1.718)]}}, params
+    )
+    assert split is not None
+    assert split["train_compared_on"].startswith("the training data's validation split")
+    unknown = acceptance_report(results, {"generate_held_out": "junk", "benchmark": 3})
+    assert unknown is not None
+    assert unknown["train_compared_on"] is None  # params that do not say: no claim, never an error
+    untrained = acceptance_report({"benchmark": {"rows": [chain_row(5, 1.718)]}}, params)
+    assert untrained is not None
+    assert untrained["train_compared_on"] is None  # no train figure, nothing compared

@@ -31,7 +31,7 @@ def recipe_sweep(args: argparse.Namespace) -> None:
     own = _train_job(_pipeline(http, work))["result"]["best"]
     name, best = best_recipe(report["variants"])
     choice = {"recipe": name, "best": best, "pipeline_best": own}
-    if best is None or best["est_accept_len"] <= own["est_accept_len"]:
+    if best is None or best["accept_len"] <= own["accept_len"]:
         (out / "recipe_sweep.json").write_text(json.dumps({**choice, "swept": False}, indent=2))
         print(f"no recipe beats the pipeline's drafter on held-out: {json.dumps(choice)}", flush=True)
         return
@@ -48,5 +48,5 @@ def best_recipe(variants: dict[str, Any]) -> tuple[str | None, dict[str, Any] | 
     finished = {n: r["best"] for n, r in variants.items() if r.get("returncode") == 0 and r.get("best")}
     if not finished:
         return None, None
-    name = max(finished, key=lambda n: finished[n]["est_accept_len"])
+    name = max(finished, key=lambda n: finished[n]["accept_len"])
     return name, finished[name]

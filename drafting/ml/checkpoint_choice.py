@@ -55,7 +55,7 @@ def choose(epochs: Sequence[dict[str, Any]], *, depth: int, keep: Literal["best"
             value, epoch, metric = max(scored)
             best = {
                 "epoch": epoch,
-                "est_accept_len": value,
+                "accept_len": value,  # the value of `metric`
                 "depth": depth,
                 "source": source,
                 "metric": metric,

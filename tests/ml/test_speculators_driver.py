@@ -305,8 +305,8 @@ def test_the_best_recipe_is_the_finished_one_with_the_highest_estimate() -> None
     from recipe_sweep import best_recipe
 
     variants = {
-        "a": {"returncode": 0, "best": {"est_accept_len": 1.6, "checkpoint": "a/epoch_3"}},
-        "b": {"returncode": 0, "best": {"est_accept_len": 1.8, "checkpoint": "b/epoch_9"}},
+        "a": {"returncode": 0, "best": {"accept_len": 1.6, "checkpoint": "a/epoch_3"}},
+        "b": {"returncode": 0, "best": {"accept_len": 1.8, "checkpoint": "b/epoch_9"}},
         "stopped": {"returncode": -15, "partial": True, "epochs": []},  # higher epochs never finished
         "failed": {"returncode": 1},
     }

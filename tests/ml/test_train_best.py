@@ -54,11 +54,11 @@ def test_choose_weighs_every_recorded_epoch() -> None:
     assert last is not None
     assert unvalidated is not None
     assert best.best == {
-        "epoch": 2, "est_accept_len": pytest.approx(2.7), "depth": 2, "source": "val",
+        "epoch": 2, "accept_len": pytest.approx(2.7), "depth": 2, "source": "val",
         "metric": "est_accept_len_d2",
     }  # fmt: skip
     assert (last.epoch, last.best) == (
-        3, {"epoch": 1, "est_accept_len": 2.0, "depth": 5, "source": "val", "metric": "est_accept_len_d5"}
+        3, {"epoch": 1, "accept_len": 2.0, "depth": 5, "source": "val", "metric": "est_accept_len_d5"}
     )  # fmt: skip
     assert (unvalidated.epoch, unvalidated.best) == (2, None)
     assert choose([], depth=5, keep="best") is None
@@ -73,7 +73,7 @@ def test_choose_prefers_the_simulated_acceptance_over_the_per_position_estimate(
     chosen = choose(epochs, depth=5, keep="best")
     assert chosen is not None
     assert chosen.best == {
-        "epoch": 2, "est_accept_len": 1.8, "depth": 5, "source": "val", "metric": "sim_accept_len_d5"
+        "epoch": 2, "accept_len": 1.8, "depth": 5, "source": "val", "metric": "sim_accept_len_d5"
     }  # fmt: skip
 
 
@@ -124,7 +124,7 @@ def test_a_run_whose_best_epoch_is_not_the_last_hands_on_the_best(
     estimates = [e["val/sim_accept_len_d5"] for e in result["epochs"]]  # serving replayed: what is chosen by
     assert estimates[0] > max(estimates[1:]) + 0.1, estimates  # the best epoch is the first, not the last
     assert result["best"] == {
-        "epoch": 1, "est_accept_len": estimates[0], "depth": 5, "source": "val",
+        "epoch": 1, "accept_len": estimates[0], "depth": 5, "source": "val",
         "metric": "sim_accept_len_d5", "checkpoint": str(output / "epoch_1"),
     }  # fmt: skip
     assert result["selected"] == str(output / "epoch_1")

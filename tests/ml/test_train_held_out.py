@@ -88,11 +88,11 @@ def test_choose_prefers_the_held_out_estimate_over_the_split() -> None:
     assert split_only is not None
     assert (chosen.epoch, chosen.best) == (
         2,
-        {"epoch": 2, "est_accept_len": 1.4, "depth": 3, "source": "held_out", "metric": "est_accept_len_d3"},
+        {"epoch": 2, "accept_len": 1.4, "depth": 3, "source": "held_out", "metric": "est_accept_len_d3"},
     )
     assert (split_only.epoch, split_only.best) == (
         1,
-        {"epoch": 1, "est_accept_len": 2.5, "depth": 3, "source": "val", "metric": "est_accept_len_d3"},
+        {"epoch": 1, "accept_len": 2.5, "depth": 3, "source": "val", "metric": "est_accept_len_d3"},
     )
     # no split (val_fraction 0): the held-out estimate alone still picks; an older record from full_acc_k
     older = [{"epoch": 1.0, "held_out/full_acc_0": 0.5, "held_out/full_acc_1": 0.25}, {"epoch": 2.0}]
@@ -100,7 +100,7 @@ def test_choose_prefers_the_held_out_estimate_over_the_split() -> None:
     assert picked is not None
     assert picked.best == {
         "epoch": 1,
-        "est_accept_len": 1.75,
+        "accept_len": 1.75,
         "depth": 2,
         "source": "held_out",
         "metric": "est_accept_len_d2",
@@ -143,7 +143,7 @@ def test_a_run_validates_on_the_held_out_extraction_and_picks_its_best_epoch_by_
     best = max(range(3), key=lambda i: (estimates[i], i)) + 1
     assert best != 3, estimates
     assert result["best"] == {
-        "epoch": best, "est_accept_len": estimates[best - 1], "depth": 3, "source": "held_out",
+        "epoch": best, "accept_len": estimates[best - 1], "depth": 3, "source": "held_out",
         "metric": "sim_accept_len_d3", "checkpoint": str(output / f"epoch_{best}"),
     }  # fmt: skip
     assert result["selected"] == str(output / f"epoch_{best}")
@@ -172,7 +172,7 @@ def test_without_a_held_out_set_the_split_chooses_and_the_fingerprint_is_unchang
     result, sink = _run(_params(extractions, output, epochs=1, held_out_data=None))
     assert not [e for e in sink.of_type("metric") if e["name"].startswith("held_out/")]
     assert result["best"]["source"] == "val"
-    assert result["best"]["est_accept_len"] == result["epochs"][0]["val/sim_accept_len_d3"]
+    assert result["best"]["accept_len"] == result["epochs"][0]["val/sim_accept_len_d3"]
     state = load_state(output)
     assert state is not None
     assert "held_out" not in state["fingerprint"]  # states saved before held_out_data existed still resume
@@ -187,7 +187,7 @@ def test_with_no_split_the_held_out_set_alone_validates_and_chooses(
     assert not [n for n in names if n.startswith("val/")]
     epoch = result["epochs"][0]
     assert result["best"]["source"] == "held_out"
-    assert result["best"]["est_accept_len"] == epoch["held_out/sim_accept_len_d3"]
+    assert result["best"]["accept_len"] == epoch["held_out/sim_accept_len_d3"]
     assert 1.0 <= epoch["held_out/sim_accept_len_d3"] <= 4.0
 
 

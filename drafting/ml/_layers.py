@@ -49,6 +49,11 @@ class Rotary(nn.Module):
         self._inv_freq_on: dict[torch.device, torch.Tensor] = {}
         self.attention_scaling = float(hf_rotary.attention_scaling)
 
+    def prepare(self, device: torch.device) -> None:
+        """Fills the per-device cache before torch.compile traces: filled during a trace, it changes a
+        guard, and the next step recompiles the whole unroll."""
+        self._inv_freq(device)
+
     def _inv_freq(self, device: torch.device) -> torch.Tensor:
         if device not in self._inv_freq_on:
             self._inv_freq_on[device] = self._inv_freq_cpu.to(device)

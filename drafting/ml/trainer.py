@@ -28,6 +28,17 @@ from drafting.ml.target_head import TargetHead
 from drafting.ml.train_data import Batch
 
 Schedule = Literal["cosine", "linear", "constant"]
+# The drafter's compiler: a name or a callable, as torch.compile takes it (tests swap in a failing one).
+COMPILE_BACKEND: Any = "inductor"
+# One graph per padded length (max_len / pad multiple), for training and for no-grad validation, and for a
+# short last batch: dynamo's default of 8 would send the longer lengths of a run to eager.
+RECOMPILE_LIMIT = 64
+
+
+def _allow_recompiles(limit: int) -> None:
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), limit))
 
 
 class NonFiniteLoss(Exception):
@@ -105,8 +116,14 @@ class _Unrolled(nn.Module):
         self.drafter = drafter
         self.ttt_steps, self.step_weights, self.attention = ttt_steps, step_weights, attention
         # Kept off the module tree (object.__setattr__): the compiled wrapper shares the drafter's weights,
-        # and registering it would list them twice for DDP and the optimizer.
-        object.__setattr__(self, "_compiled", torch.compile(drafter) if compiled else None)
+        # and registering it would list them twice for DDP and the optimizer. Static shapes: batches are
+        # padded to a few lengths, each compiled once; dynamo's automatic dynamic shapes lowered
+        # FlexAttention with a symbolic length that torch 2.11's Inductor could not compile (GPU run 7).
+        if compiled:
+            _allow_recompiles(RECOMPILE_LIMIT)
+            drafter.rotary.prepare(drafter.fc.weight.device)
+        unroll = torch.compile(drafter, backend=COMPILE_BACKEND, dynamic=False) if compiled else None
+        object.__setattr__(self, "_compiled", unroll)
 
     @property
     def compiled(self) -> bool:
@@ -169,7 +186,7 @@ class Trainer:
         self.draft_ids = drafter.draft_to_target(torch.arange(drafter.d2t.numel(), device=device))
         self.in_draft_vocab = drafter.t2d
         self.unrolled = _Unrolled(drafter, ttt_steps, self.step_weights, attention, compiled=compile_drafter)
-        self._first_step = True
+        self.compile_fallback: dict[str, Any] | None = None
         self.trained: nn.Module = self.unrolled
         if self.ranks.distributed:
             self.trained = DistributedDataParallel(
@@ -203,7 +220,7 @@ class Trainer:
         out_of_memory = False
         loss = stats = None
         try:
-            loss, stats, _ = self._forward(batch)
+            loss, stats, _ = self._forward(batch, global_step)
         except torch.OutOfMemoryError:
             out_of_memory = True
         local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
@@ -221,7 +238,7 @@ class Trainer:
         assert loss is not None
         assert stats is not None
         try:
-            loss.backward()
+            self._backward(loss, batch, global_step)
             params = [p for p in self.drafter.parameters() if p.grad is not None]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.settings.grad_clip)
             self.optimizer.step()
@@ -232,20 +249,59 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return value, float(grad_norm), stats
 
-    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The step's forward; the first compiled one falls back to eager if the compiler fails (slower,
-        never wrong), as a missing or broken compiler should not cost a training run."""
-        first, self._first_step = self._first_step, False
+    def _forward(self, batch: Batch, global_step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The step's forward. A compiled one that fails (a compiler bug, at the first shape or at a later
+        one's recompile) falls back to eager for the rest of the run: slower, never wrong, and an error that
+        is not the compiler's recurs eagerly and propagates."""
         try:
             return self._objective(self.trained, batch)
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
-            if not (first and self.unrolled.compiled):
+            if not self.unrolled.compiled:
                 raise
-            warnings.warn(f"torch.compile of the drafter failed, training eagerly: {exc}", stacklevel=2)
-            self.unrolled.run_eagerly()
+            self._run_eagerly(exc, global_step + 1, "forward")
             return self._objective(self.trained, batch)
+
+    def _backward(self, loss: torch.Tensor, batch: Batch, global_step: int) -> None:
+        """loss.backward(); the compiled graph's backward is compiled at its first use, so it can fail there
+        too. On one rank the step is then redone eagerly from zeroed gradients; under DDP a half-run backward
+        cannot be redone, and the error propagates."""
+        try:
+            loss.backward()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            if not self.unrolled.compiled or self.ranks.distributed:
+                raise
+            self._run_eagerly(exc, global_step + 1, "backward")
+            self.optimizer.zero_grad(set_to_none=True)
+            self._objective(self.trained, batch)[0].backward()
+
+    def _validation_objective(
+        self, batch: Batch, with_walk: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Validation compiles graphs of its own (no grad, other lengths): they can fail as a step's can."""
+        try:
+            return self._objective(self.unrolled, batch, with_walk=with_walk)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            if not self.unrolled.compiled:
+                raise
+            self._run_eagerly(exc, self.scheduler.last_epoch, "validation")
+            return self._objective(self.unrolled, batch, with_walk=with_walk)
+
+    def _run_eagerly(self, exc: Exception, global_step: int, phase: str) -> None:
+        reason = _one_line(exc)
+        if exc.__cause__ is not None:  # dynamo wraps the compiler's own error
+            reason += f" (caused by {_one_line(exc.__cause__)})"
+        self.compile_fallback = {"step": global_step, "phase": phase, "error": reason}
+        warnings.warn(
+            f"torch.compile of the drafter failed (step {global_step}, {phase}), training eagerly: {reason}",
+            stacklevel=3,
+        )
+        self.unrolled.run_eagerly()
 
     def _out_of_memory(self, batch: Batch, here: bool) -> StepOutOfMemory:
         """The failing batch's shape on every rank (the largest, when several ranks ran out)."""
@@ -265,7 +321,7 @@ class Trainer:
         total = torch.zeros(5, self.ttt_steps, device=self.device)
         cycles = torch.zeros(2, len(depths), dtype=torch.float64)
         for batch in batches:
-            _, stats, walked = self._objective(self.unrolled, batch.to(self.device), with_walk=bool(depths))
+            _, stats, walked = self._validation_objective(batch.to(self.device), bool(depths))
             total += stats
             if depths:
                 cycles += walk(walked, depths)
@@ -279,6 +335,11 @@ _NO_BUFFER_SYNC: dict[str, Any] = (
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     else {"broadcast_buffers": False}
 )
+
+
+def _one_line(exc: BaseException, limit: int = 240) -> str:
+    """An error as one short line: Inductor's messages carry whole IR dumps."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:limit]
 
 
 def _flag(value: bool, like: torch.Tensor) -> torch.Tensor:

@@ -49,8 +49,8 @@ from drafting.stages.base import StageCancelled, StageContext, StageError, out_o
 from drafting.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-# Batches are padded to a multiple of FlexAttention's block size on a GPU: fewer distinct shapes for the
-# compiled kernels (dynamo turns to dynamic shapes after the first few), no partial blocks.
+# Batches are padded to a multiple of FlexAttention's block size on a GPU: a few distinct lengths, each
+# compiled once as a static graph (trainer.py says why not dynamic shapes), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
 # An H200 drafter step is ~0.1-0.2 s and compiling saves ~17 % of it (docs/benchmarks.md): from about this
 # many steps the ~40 s of compiling is paid back.
@@ -158,6 +158,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
             f"validating every epoch also on {len(held_out.seq_lens)} held-out samples from {held_out.folder}"
         )
     settings = _optim_settings(params, plan.total_steps)
+    compiled = _compiles(params, inputs.device, plan.total_steps)
     optimizer, scheduler = make_optimizer(drafter, settings, inputs.device)
     position = (
         restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
@@ -176,7 +177,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         compute_dtype=inputs.dtype,
         device=inputs.device,
         ranks=ranks,
-        compile_drafter=_compiles(params, inputs.device, plan.total_steps),
+        compile_drafter=compiled,
     )
     run = _Run(ctx, params, ranks, inputs, fingerprint, drafter, optimizer, scheduler, position)
     if inputs.device.type == "cuda" and ranks.is_main and (holders := gpus.memory_holders(ctx.gpus)):
@@ -186,7 +187,10 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         return {"rank": ranks.rank}
     result = train_result(ctx, inputs.output, position, params, drafter, total_steps=plan.total_steps)
     held = len(held_out.seq_lens) if held_out is not None else None
-    return {**result, "samples": {"train": len(train_rows), "val": len(val_rows), "held_out": held}}
+    # requested: the compile param (null = the stage decides); fell_back: where a compiled run went eager.
+    compile_record = {"requested": params.compile, "used": compiled, "fell_back": trainer.compile_fallback}
+    samples = {"train": len(train_rows), "val": len(val_rows), "held_out": held}
+    return {**result, "samples": samples, "compile": compile_record}
 
 
 def _optim_settings(params: TrainParams, total_steps: int) -> OptimSettings:

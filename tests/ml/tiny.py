@@ -58,18 +58,19 @@ def successor_target(folder: Path) -> Path:
 
 
 def successor_extraction(
-    root: Path, *, conversations: int, turns: int, words: int, seed: int, max_len: int
+    root: Path, *, conversations: int, turns: int, words: int | list[int], seed: int, max_len: int
 ) -> tuple[Path, Path]:
-    """(target, extraction) of the successor task: conversations made and extracted on the CPU."""
+    """(target, extraction) of the successor task: conversations made and extracted on the CPU. A list of
+    `words` gives the conversations those lengths in turn (samples of several lengths)."""
     from contract.params.extract import ExtractParams
     from drafting.stages import extract
     from drafting.stages.base import StageContext
 
     target = successor_target(root / "target")
     rng = random.Random(seed)
-    data = write_jsonl(
-        root / "data.jsonl", [chat(rng, turns=turns, words=words) for _ in range(conversations)]
-    )
+    lengths = words if isinstance(words, list) else [words]
+    chats = [chat(rng, turns=turns, words=lengths[i % len(lengths)]) for i in range(conversations)]
+    data = write_jsonl(root / "data.jsonl", chats)
     params = ExtractParams(
         target=str(target),
         data=str(data),

@@ -69,10 +69,43 @@ def cancel(
 
 @pipeline.command("retry")
 def retry(
-    pipeline_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False
+    pipeline_id: str,
+    from_step: Annotated[
+        str | None, typer.Option(help="run again from this step (default: the failed one)")
+    ] = None,
+    changes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="change a step param: SECTION.KEY=VALUE, VALUE as JSON (else a string), e.g. "
+            "train.compile=false; repeatable",
+        ),
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Run again from the failed step, reusing what succeeded."""
-    _print(Api(url, token).json("POST", f"/v1/pipelines/{_uuid(pipeline_id)}/retry"), as_json)
+    """Run again from the failed step (or --from-step), reusing what the steps before it produced."""
+    body: dict[str, Any] = {"params": _param_changes(changes or [])}
+    if from_step is not None:
+        body["from_step"] = from_step
+    path = f"/v1/pipelines/{_uuid(pipeline_id)}/retry"
+    _print(Api(url, token).json("POST", path, json=body), as_json)
+
+
+def _param_changes(changes: list[str]) -> dict[str, dict[str, Any]]:
+    params: dict[str, dict[str, Any]] = {}
+    for change in changes:
+        name, sep, raw = change.partition("=")
+        section, dot, key = name.partition(".")
+        if not (sep and dot and section and key):
+            raise typer.BadParameter(f"{change!r}: expected SECTION.KEY=VALUE", param_hint="--set")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        params.setdefault(section, {})[key] = value
+    return params
 
 
 def _wait(api: Api, pipeline_id: str, as_json: bool, timeout: float) -> None:

@@ -4,6 +4,7 @@ Acceptance figures from these toy models are plumbing checks, not quality claims
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from app.core.config import Settings
 from drafting.ml.demo_assets import demo_pipeline_spec
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import chat, successor_target, write_jsonl
+from tests.test_cli import eyas
 
 Headers = dict[str, str]
 
@@ -106,7 +108,12 @@ def test_eagle3_pipeline_end_to_end_with_lineage(
 
 
 def test_cancel_midway_then_retry_reuses_what_succeeded(
-    client: TestClient, admin: Headers, workspace: Path, start_worker: Callable[..., WorkerProcess]
+    client: TestClient,
+    admin: Headers,
+    settings: Settings,
+    api_server: str,
+    workspace: Path,
+    start_worker: Callable[..., WorkerProcess],
 ) -> None:
     start_worker("cpu-box")
     spec = pipeline_spec(workspace, train={**pipeline_spec(workspace)["train"], "epochs": 50})
@@ -126,9 +133,29 @@ def test_cancel_midway_then_retry_reuses_what_succeeded(
     steps = {j["pipeline_step"]: j for j in ended["jobs"]}
     assert (steps["extract"]["state"], steps["train"]["state"]) == ("succeeded", "cancelled")
     assert steps["benchmark"]["state"] == "cancelled"
-    retried = client.post(f"/v1/pipelines/{pipeline_id}/retry", headers=admin).json()
+    # the CLI a user would reach for: run train again with fewer epochs (the cancelled one left a run of
+    # 50 epochs in its folder, which a changed run must not resume: it goes to a fresh one)
+    token = admin["Authorization"].split()[1]
+    cli = eyas(
+        settings, api_server, token, "pipeline", "retry", pipeline_id, "--set", "train.epochs=1", "--json"
+    )
+    assert cli.returncode == 0, cli.stderr
+    retried = json.loads(cli.stdout)
     again = {j["pipeline_step"]: j for j in retried["jobs"]}
     assert again["extract"]["id"] == steps["extract"]["id"]  # the hidden states are reused, not recomputed
     assert again["train"]["id"] != steps["train"]["id"]
     assert again["train"]["params"]["data"] == steps["train"]["params"]["data"]
+    assert again["train"]["params"]["epochs"] == 1
+    assert again["train"]["params"]["output"] == f"{retried['run_root']}/train"
+    assert retried["run_root"].endswith(f"{pipeline_id}/retry-1")
+    deadline = time.monotonic() + 240
+    while (train := client.get(f"/v1/jobs/{again['train']['id']}", headers=admin).json())["state"] not in (
+        "succeeded",
+        "failed",
+        "cancelled",
+    ) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert train["state"] == "succeeded", train
+    assert train["result"]["epochs_done"] == 1
+    assert (Path(retried["run_root"]) / "train" / "epoch_1").is_dir()
     client.post(f"/v1/pipelines/{pipeline_id}/cancel", headers=admin)

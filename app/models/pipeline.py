@@ -22,3 +22,6 @@ class Pipeline(Base):
     created_by: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     retries: Mapped[int] = mapped_column(default=0)
+    # Where the steps write (<workdir>/<id> when null). A retry that changes params moves it to a fresh
+    # folder, so no step resumes work made with other params; later plain retries resume there.
+    run_root: Mapped[str | None] = mapped_column(String(1024))

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
 from app.pipelines import service
-from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
+from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead, PipelineRetry
 from app.tokens.deps import ReadPrincipal, SubmitPrincipal
 
 router = APIRouter(prefix="/v1/pipelines", tags=["pipelines"])
@@ -61,7 +61,14 @@ def cancel_pipeline(pipeline_id: uuid.UUID, session: SessionDep, _: SubmitPrinci
 
 @router.post("/{pipeline_id}/retry", response_model=PipelineRead)
 def retry_pipeline(
-    pipeline_id: uuid.UUID, session: SessionDep, settings: SettingsDep, principal: SubmitPrincipal
+    pipeline_id: uuid.UUID,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: SubmitPrincipal,
+    retry: PipelineRetry | None = None,
 ) -> PipelineRead:
-    """Rerun from the failed step, reusing what the succeeded steps produced."""
-    return service.retry_pipeline(session, settings, pipeline_id=pipeline_id, principal=principal)
+    """Rerun from the failed step (or `from_step`), optionally with changed step params, reusing what the
+    steps before it produced."""
+    return service.retry_pipeline(
+        session, settings, pipeline_id=pipeline_id, principal=principal, retry=retry
+    )

@@ -128,6 +128,40 @@ def _same_source(a: Any, b: Any) -> bool:
     return posixpath.normpath(a) == posixpath.normpath(b)
 
 
+# Spec sections a retry may change; each feeds the steps named (generate's settings answer the held-out
+# prompts too, extract's extract them).
+SECTION_STEPS: dict[str, tuple[str, ...]] = {
+    "generate": ("generate", "generate_held_out"),
+    "extract": ("extract", "extract_held_out"),
+    "train": ("train",),
+    "fix_keys": ("fix_keys",),
+    "gpu_check": ("gpu_check",),
+    "eval": ("eval",),
+    "benchmark": ("benchmark",),
+}
+Section = Literal["generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"]
+
+
+class PipelineRetry(BaseModel):
+    """Run a pipeline's steps again: from the failed step (the default), or from an earlier one, with some
+    step params changed. Each section's keys replace the spec's (a null value sets null: the param's own
+    default), the whole spec is validated again, and the changed spec is the pipeline's from then on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_step: str | None = Field(
+        None,
+        max_length=32,
+        description="the first step to run again (default: the failed one); the steps before it keep their "
+        "results. A pipeline that succeeded reruns only from a step named here",
+    )
+    params: dict[Section, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='step params to change, by spec section: {"train": {"compile": false}}; a section '
+        "must feed only steps this retry runs. Changed steps run in a fresh folder, <workdir>/<id>/retry-<n>",
+    )
+
+
 class PipelineRead(BaseModel):
     id: uuid.UUID
     template: str
@@ -136,6 +170,7 @@ class PipelineRead(BaseModel):
     created_at: datetime
     retries: int
     spec: dict[str, Any]
+    run_root: str = Field(description="the folder the steps write to (a retry that changed params moves it)")
     failed_step: str | None
     jobs: list[JobRead]
     # acceptance by depth: training's estimate, eval's figure and the served one, with errors (acceptance.py)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
@@ -19,7 +20,7 @@ from app.models.job import Job
 from app.models.pipeline import Pipeline
 from app.pipelines import repository
 from app.pipelines.acceptance import acceptance_report
-from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead
+from app.pipelines.schemas import SECTION_STEPS, Eagle3PipelineCreate, PipelineRead, PipelineRetry
 from app.pipelines.templates import EAGLE3_STEPS, StepPlan, eagle3_plan
 
 _ENDED_BADLY = (JobState.FAILED, JobState.CANCELLED)
@@ -76,6 +77,7 @@ def read(session: Session, pipeline: Pipeline) -> PipelineRead:
         created_at=pipeline.created_at,
         retries=pipeline.retries,
         spec=pipeline.spec,
+        run_root=_root(pipeline),
         failed_step=failed_step,
         jobs=[JobRead.of(j) for j in latest.values()],
         acceptance=acceptance_report(
@@ -138,25 +140,101 @@ def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> PipelineRead
 
 
 def retry_pipeline(
-    session: Session, settings: Settings, *, pipeline_id: uuid.UUID, principal: Principal
+    session: Session,
+    settings: Settings,
+    *,
+    pipeline_id: uuid.UUID,
+    principal: Principal,
+    retry: PipelineRetry | None = None,
 ) -> PipelineRead:
-    """Run again from the first failed (or cancelled) step; steps that succeeded keep their artifacts."""
+    """Run again from the failed step, or from `retry.from_step`, with `retry.params` merged into the spec;
+    the steps before keep their artifacts. Everything is checked before anything changes: a refused retry
+    leaves the pipeline as it was."""
+    retry = retry or PipelineRetry()
     pipeline = get_pipeline(session, pipeline_id)
     latest = latest_jobs(session, pipeline)
     state, failed_step = state_of(latest)
-    if failed_step is None:
-        raise AppError(ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} is {state}; nothing to retry")
-    plans = _plans(pipeline)
-    first = next(i for i, p in enumerate(plans) if p.step == failed_step)
+    if any(job.state not in TERMINAL for job in latest.values()):
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} is {state}: retry it once it ended"
+        )
+    start = retry.from_step or failed_step
+    if start is None:
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION,
+            f"pipeline {pipeline_id} is {state}; nothing to retry (name from_step to run steps again)",
+        )
+    spec = _merged_spec(pipeline, retry)
+    root = f"{_default_root(pipeline)}/retry-{pipeline.retries + 1}" if retry.params else _root(pipeline)
+    plans = eagle3_plan(spec, root)
+    first = _first_rerun(plans, start, failed_step, retry)
     done = {p.step: latest[p.step] for p in plans[:first]}
     pipeline.retries += 1
+    if retry.params:
+        pipeline.spec, pipeline.run_root = spec.model_dump(mode="json"), root
     _submit_steps(session, settings, pipeline, plans[first:], done=done, principal=principal)
     return read(session, pipeline)
 
 
+def _merged_spec(pipeline: Pipeline, retry: PipelineRetry) -> Eagle3PipelineCreate:
+    """The stored spec with the retry's sections merged in, validated as a new pipeline's would be."""
+    merged = dict(pipeline.spec)
+    for section, changes in retry.params.items():
+        merged[section] = {**(merged.get(section) or {}), **changes}
+    try:
+        return Eagle3PipelineCreate.model_validate(merged)
+    except ValidationError as exc:
+        raise AppError(
+            ErrorCode.VALIDATION_FAILED, f"the retried spec is invalid: {_first_error(exc)}"
+        ) from None
+
+
+def _first_rerun(plans: list[StepPlan], start: str, failed_step: str | None, retry: PipelineRetry) -> int:
+    """The index of the first step to run again, after checking the retry can be honoured: the step exists,
+    no failed step is skipped, and every changed section feeds only steps that run again."""
+    steps = [p.step for p in plans]
+    if start not in steps:
+        raise AppError(
+            ErrorCode.VALIDATION_FAILED,
+            f"from_step {start!r} is not a step of this pipeline ({', '.join(steps)})",
+        )
+    first = steps.index(start)
+    if failed_step is not None and failed_step in steps and steps.index(failed_step) < first:
+        raise AppError(
+            ErrorCode.VALIDATION_FAILED,
+            f"the pipeline failed at {failed_step}: run again from there or an earlier step, not {start}",
+        )
+    for section in retry.params:
+        kept = [step for step in SECTION_STEPS[section] if step in steps[:first]]
+        if kept:
+            raise AppError(
+                ErrorCode.VALIDATION_FAILED,
+                f"params.{section} changes {kept[0]}, which this retry does not run again: "
+                f"set from_step to {kept[0]} or earlier",
+            )
+        if not any(step in steps for step in SECTION_STEPS[section]):
+            raise AppError(
+                ErrorCode.VALIDATION_FAILED, f"params.{section}: this pipeline has no {section} step"
+            )
+    return first
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def _default_root(pipeline: Pipeline) -> str:
+    return f"{pipeline.spec['workdir'].rstrip('/')}/{pipeline.id}"
+
+
+def _root(pipeline: Pipeline) -> str:
+    return pipeline.run_root or _default_root(pipeline)
+
+
 def _plans(pipeline: Pipeline) -> list[StepPlan]:
-    spec = Eagle3PipelineCreate.model_validate(pipeline.spec)
-    return eagle3_plan(spec, f"{spec.workdir.rstrip('/')}/{pipeline.id}")
+    return eagle3_plan(Eagle3PipelineCreate.model_validate(pipeline.spec), _root(pipeline))
 
 
 def _submit_steps(

@@ -10,6 +10,7 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
 
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
         [--epochs N] [--lr LR] [--truncated-answers keep|drop] [--held-out N] [--no-eval] [--openers tasks]
+        [--train-compile auto|on|off]
         [--configs "3,1,4 5,1,6"] [--repeats N]
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
@@ -177,6 +178,8 @@ def start(args: argparse.Namespace) -> None:
         configs=parse_configs(args.configs) if args.configs else None,
         repeats=args.repeats,
     )
+    if args.train_compile != "auto":
+        spec["train"]["compile"] = args.train_compile == "on"
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
@@ -372,6 +375,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="the sweep's interleaved rounds")
     parser.add_argument(
         "--spec-compile", action="store_true", help="speculators: its own torch.compile (default: --eager)"
+    )
+    parser.add_argument(
+        "--train-compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="the train step's torch.compile (auto: the stage's rule, on from 2,000 steps; run 7's compiled "
+        "train failed at a recompile, fixed since: bench/gpu/compile_check.py proves the fix)",
     )
     parser.add_argument("--deadline-s", type=float, default=540)
     parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")

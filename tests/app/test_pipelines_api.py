@@ -260,3 +260,93 @@ def test_eval_asks_the_sweeps_requests_unless_told_otherwise(
     evaluated = next(j for j in client.post("/v1/pipelines", json=own, headers=admin).json()["jobs"]
                      if j["kind"] == "eval")["params"]  # fmt: skip
     assert (evaluated["max_prompts"], evaluated["depths"], evaluated["prompts"]) == (4, [7], "mtbench")
+
+
+def _failed_at_train(client: TestClient, admin: Headers, settings: Settings, tmp: Any) -> dict[str, Any]:
+    """A pipeline whose extract succeeded and whose train failed (GPU run 7: its compile broke)."""
+    register_host(settings, "gpu-a")
+    pipeline = client.post("/v1/pipelines", json=spec(str(tmp)), headers=admin).json()
+    jobs = {j["kind"]: j for j in pipeline["jobs"]}
+    run_step(settings, jobs["extract"]["id"], artifact=("hidden_states", "/elsewhere/hs"))
+    run_step(settings, jobs["train"]["id"], ok=False)
+    failed: dict[str, Any] = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert (failed["state"], failed["failed_step"]) == ("failed", "train")
+    return failed
+
+
+def test_a_retry_can_change_the_failed_steps_params_in_a_fresh_folder(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    failed = _failed_at_train(client, admin, settings, tmp_path)
+    pid = failed["id"]
+    root = f"{tmp_path}/runs/{pid}"
+    assert failed["run_root"] == root
+    body = {"params": {"train": {"compile": False, "lr": 3e-4}}}
+    retried = client.post(f"/v1/pipelines/{pid}/retry", json=body, headers=admin)
+    assert retried.status_code == 200, retried.text
+    after = retried.json()
+    new = {j["kind"]: j for j in after["jobs"]}
+    old = {j["kind"]: j for j in failed["jobs"]}
+    assert new["extract"]["id"] == old["extract"]["id"]  # reused
+    assert new["train"]["id"] != old["train"]["id"]
+    assert new["train"]["params"]["compile"] is False
+    assert new["train"]["params"]["lr"] == 3e-4
+    assert new["train"]["params"]["draft_vocab_size"] == 64  # the spec's other train params stay
+    assert new["train"]["params"]["data"] == "/elsewhere/hs"  # still filled from extract's artifact
+    # the old train folder may hold a run with the old lr: the retried steps write elsewhere
+    assert after["run_root"] == f"{root}/retry-1"
+    assert new["train"]["params"]["output"] == f"{root}/retry-1/train"
+    assert new["benchmark"]["params"]["launch"]["draft"] == f"{root}/retry-1/sglang_draft"
+    assert after["spec"]["train"] == {"device": "cpu", "draft_vocab_size": 64, "compile": False, "lr": 3e-4}
+    # a later plain retry stays in that folder (a killed train resumes there)
+    run_step(settings, new["train"]["id"], ok=False)
+    plain = client.post(f"/v1/pipelines/{pid}/retry", headers=admin).json()
+    assert plain["run_root"] == f"{root}/retry-1"
+    assert {j["kind"]: j for j in plain["jobs"]}["train"]["params"]["output"] == f"{root}/retry-1/train"
+
+
+def test_a_succeeded_step_reruns_only_when_named(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    failed = _failed_at_train(client, admin, settings, tmp_path)
+    pid = failed["id"]
+    extract_id = {j["kind"]: j for j in failed["jobs"]}["extract"]["id"]
+    body = {"from_step": "extract", "params": {"extract": {"batch_size": 4}}}
+    retried = client.post(f"/v1/pipelines/{pid}/retry", json=body, headers=admin).json()
+    new = {j["kind"]: j for j in retried["jobs"]}
+    assert new["extract"]["id"] != extract_id
+    assert new["extract"]["params"]["batch_size"] == 4
+    assert new["extract"]["state"] == "queued"
+    assert new["train"]["state"] == "pending"
+
+
+def test_a_retry_that_cannot_be_honoured_changes_nothing(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    failed = _failed_at_train(client, admin, settings, tmp_path)
+    url = f"/v1/pipelines/{failed['id']}/retry"
+    refused = {
+        "skips the failed step": {"from_step": "fix_keys"},
+        "unknown step": {"from_step": "deploy"},
+        "a kept step's params": {"params": {"extract": {"batch_size": 4}}},
+        "bad param value": {"params": {"train": {"epochs": "many"}}},
+        "unknown section": {"params": {"target": {"x": 1}}},
+        "unknown field": {"from": "train"},
+    }
+    for case, body in refused.items():
+        answer = client.post(url, json=body, headers=admin)
+        assert answer.status_code == 422, (case, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json"), case
+    assert (
+        "set from_step to extract or earlier"
+        in client.post(url, json=refused["a kept step's params"], headers=admin).json()["detail"]
+    )
+    assert (
+        "failed at train"
+        in client.post(url, json=refused["skips the failed step"], headers=admin).json()["detail"]
+    )
+    unchanged = client.get(f"/v1/pipelines/{failed['id']}", headers=admin).json()
+    assert unchanged["retries"] == 0
+    assert unchanged["spec"] == failed["spec"]
+    assert [j["id"] for j in unchanged["jobs"]] == [j["id"] for j in failed["jobs"]]
+    assert unchanged["run_root"] == failed["run_root"]

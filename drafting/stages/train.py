@@ -7,6 +7,7 @@ training state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # compiled once as a static graph (trainer.py says why not dynamic shapes), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
 # An H200 drafter step is ~0.1-0.2 s and compiling saves ~17 % of it (docs/benchmarks.md): from about this
-# many steps the ~40 s of compiling is paid back.
+# many steps one ~40 s compile is paid back. Static graphs compile once per padded length (GPU run 7), so
+# the stage asks this many steps per compile.
 COMPILE_MIN_STEPS = 2000
 # Params that define the run: resuming with any of them changed cannot continue it exactly.
 _RUN_DEFINING = (
@@ -158,7 +160,11 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
             f"validating every epoch also on {len(held_out.seq_lens)} held-out samples from {held_out.folder}"
         )
     settings = _optim_settings(params, plan.total_steps)
-    compiled = _compiles(params, inputs.device, plan.total_steps)
+    val_lens = [extraction.seq_lens[i] for i in val_rows] + list(held_out.seq_lens if held_out else [])
+    graphs = compiled_graphs(
+        extraction.seq_lens, train_rows, val_lens, max_len=params.max_len, pack=params.pack
+    )
+    compiled = should_compile(params, inputs.device, plan.total_steps, graphs)
     optimizer, scheduler = make_optimizer(drafter, settings, inputs.device)
     position = (
         restore(state, drafter=drafter, optimizer=optimizer, scheduler=scheduler) if state else RunPosition()
@@ -308,12 +314,32 @@ def _build_drafter(
     return drafter
 
 
-def _compiles(params: TrainParams, device: torch.device, total_steps: int) -> bool:
-    """torch.compile pays back its ~40 s (and a recompile per padded length) only over a long run: a short
-    one (a demo, a smoke test) trains sooner eagerly."""
+def should_compile(params: TrainParams, device: torch.device, total_steps: int, graphs: float) -> bool:
+    """torch.compile pays back its compiles only over a long run: `graphs` of them, each worth
+    COMPILE_MIN_STEPS steps of the ~17 % it saves. A short run (a demo, a smoke test) trains sooner
+    eagerly."""
     if params.compile is not None:
         return params.compile
-    return device.type == "cuda" and total_steps >= COMPILE_MIN_STEPS
+    return device.type == "cuda" and total_steps >= COMPILE_MIN_STEPS * graphs
+
+
+def compiled_graphs(
+    seq_lens: Sequence[int],
+    train_rows: Sequence[int],
+    no_grad_lens: Sequence[int],
+    *,
+    max_len: int,
+    pack: bool,
+) -> float:
+    """How many compiles a run costs: one per padded length the training batches take, half of one per
+    length validation takes (no backward). Packed rows all have max_len: one length."""
+    if pack:
+        return 1.5
+
+    def padded(lengths: Iterable[int]) -> set[int]:
+        return {-(-min(n, max_len) // CUDA_PAD_MULTIPLE) * CUDA_PAD_MULTIPLE for n in lengths}
+
+    return len(padded(seq_lens[i] for i in train_rows)) + 0.5 * len(padded(no_grad_lens))
 
 
 def _loop_plan(

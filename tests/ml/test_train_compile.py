@@ -184,3 +184,20 @@ def test_a_backward_that_fails_to_compile_redoes_the_step_eagerly(
     after_compiled = torch.load(tmp_path / "c" / "train_state.pt", weights_only=False)["drafter"]
     for name, weight in after_eager.items():
         torch.testing.assert_close(after_compiled[name], weight, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_compiling_is_chosen_by_the_graphs_it_will_cost() -> None:
+    """Static graphs compile once per padded length (and once more, forward only, per length validation
+    sees): a run compiles by default only if its steps pay for all of them (GPU run 7: 2,380 steps over
+    five lengths compiled by the old rule, and each length's compile costs about what 2,000 steps save)."""
+    lengths = [100, 200, 300, 900, 1500, 60]
+    graphs = train.compiled_graphs(lengths, [0, 1, 2, 3, 4], [50, 130], max_len=1024, pack=False)
+    assert graphs == 4 + 0.5 * 2  # 128, 256, 384, 1024 (1500 is cut to max_len); validation: 128, 256
+    assert train.compiled_graphs(lengths, [0, 1, 2, 3, 4], [50], max_len=1024, pack=True) == 1.5
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    auto = TrainParams(target="/t", data="/d", output="/o")
+    assert not train.should_compile(auto, cuda, 2_380, 7.5)  # run 7: eager was the faster choice
+    assert train.should_compile(auto, cuda, 2_000 * 8, 7.5)
+    assert not train.should_compile(auto, cpu, 10**6, 1)  # the CPU's compile (C++) is never worth it here
+    forced = TrainParams(target="/t", data="/d", output="/o", compile=True)
+    assert train.should_compile(forced, cpu, 1, 100.0)

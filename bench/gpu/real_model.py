@@ -46,6 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from e2e_pipeline import SGLANG_ARGS, follow  # noqa: E402 - the same follow and report as the constructed journey
 
+from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec  # noqa: E402
+
 URL = "http://127.0.0.1:8000"
 CONFIGS = [
     {"steps": 3, "topk": 1, "draft_tokens": 4},
@@ -53,12 +55,9 @@ CONFIGS = [
     {"steps": 7, "topk": 1, "draft_tokens": 8},
     {"steps": 5, "topk": 4, "draft_tokens": 8},
 ]
-# eval and the sweep read the same first MT-Bench turns with the same budget, so eval's predicted acceptance
-# and SGLang's measured one are compared on the same requests.
-MTBENCH_PROMPTS = 8
-MTBENCH_TOKENS = 192
-# SmolLM2-135M loops under greedy decoding: half the 512-token answers of the 2026-12-02 run hit the limit.
-ANSWER_TOKENS = 384
+# eval and the sweep read the same first MT-Bench turns with the same budget (the product's GPU recipe's),
+# so eval's predicted acceptance and SGLang's measured one are compared on the same requests.
+MTBENCH_PROMPTS = EVAL_PROMPTS
 
 
 def pipeline_spec(
@@ -75,53 +74,17 @@ def pipeline_spec(
     configs: list[dict[str, int]] | None = None,
     repeats: int = 3,
 ) -> dict[str, Any]:
-    engine = {"engine": "sglang", "mem_fraction_static": 0.6, "extra_args": SGLANG_ARGS}
-    spec: dict[str, Any] = {
-        "template": "eagle3",
-        "target": str(work / "smollm2"),
-        "workdir": str(work / "runs"),
-        "host": "h200",
-        "generate": {
-            "self_prompts": {"count": conversations, "temperature": 1.0, "max_new_tokens": 160}
-            | ({"openers": openers} if openers else {}),
-            "temperature": 0.0,
-            "max_new_tokens": ANSWER_TOKENS,
-            "truncated_answers": truncated,
-            "concurrency": 256,
-            "multi_turn": False,
-            "engine": engine,
-        },
-        "extract": {"device": "cuda", "max_len": 1024, "batch_size": 64},
-        "train": {
-            "device": "cuda",
-            "epochs": epochs,
-            "batch_size": 32,
-            "max_len": 1024,
-            "lr": lr,
-            "ttt_steps": 7,
-        },
-        "fix_keys": {"sglang_version": "0.5.14"},
-        "eval": {
-            "device": "cuda",
-            "depths": [3, 5, 7],
-            "prompts": str(mtbench),
-            "max_prompts": MTBENCH_PROMPTS,
-            "max_new_tokens": MTBENCH_TOKENS,
-        },
-        "benchmark": {
-            "configs": configs or CONFIGS,
-            "prompts": str(mtbench),
-            "max_prompts": MTBENCH_PROMPTS,
-            "max_new_tokens": MTBENCH_TOKENS,
-            "repeats": repeats,
-            "launch": {"engine": "sglang", "mem_fraction_static": 0.35, "extra_args": SGLANG_ARGS},
-        },
-    }
+    """The product's GPU recipe (`eyas demo --target smollm2 --gpu`) on this host's folders and wheel set,
+    with the journey's settings."""
+    assets = {"target": str(work / "smollm2"), "prompts": str(mtbench)}
     if held_out is not None:
-        spec["held_out"] = {"prompts": str(held_out)}
-    if not eval_step:  # eval's prediction of SGLang held within 0.3 % in run 3; the sweep measures it
-        spec["eval"] = None  # left out, the pipeline runs eval with its defaults (run 4 did, on the CPU)
-    return spec
+        assets["held_out_prompts"] = str(held_out)
+    spec = gpu_pipeline_spec(
+        assets, workdir=str(work / "runs"), conversations=conversations, epochs=epochs, lr=lr,
+        openers=openers, truncated_answers=truncated, eval_step=eval_step, configs=configs or CONFIGS,
+        repeats=repeats, sglang_args=SGLANG_ARGS,
+    )  # fmt: skip
+    return spec | {"host": "h200", "fix_keys": {"sglang_version": "0.5.14"}}
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:

@@ -69,3 +69,50 @@ def test_demo_writes_a_real_model_pipeline_from_prompts(tmp_path: Path) -> None:
     for step in steps:
         parse_params(step.kind, step.params)  # every step's params are valid as the pipeline submits them
     assert by_step["train"]["init_lm_head"] == "target"  # from the tied embedding
+
+
+def test_demo_gpu_writes_the_recipe_measured_on_the_h200(tmp_path: Path) -> None:
+    """`--gpu`: GPU run 7's recipe (SGLang, 8,000 self-prompted conversations, lr 1e-3 x 10), MT-Bench cut
+    into the 8 questions the sweep asks and the other 72 as the held-out set; every param valid."""
+    from drafting.realmodels.demo import GPU_CONFIGS
+
+    demo = tmp_path / "demo"
+    _seed_cached_target(demo / "target")
+    command = [sys.executable, "-m", "cli.main", "demo", str(demo), "--target", "smollm2", "--gpu"]
+    done = subprocess.run([*command, "--host", "h200"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "GPU recipe" in done.stdout
+    spec = json.loads((demo / "pipeline.json").read_text())
+    pipeline = Eagle3PipelineCreate(**spec)
+    assert pipeline.host == "h200"
+    steps = eagle3_plan(pipeline, str(demo / "runs" / "x"))
+    by_step = {s.step: s.params for s in steps}
+    assert list(by_step) == [
+        "generate",
+        "generate_held_out",
+        "extract",
+        "extract_held_out",
+        "train",
+        "fix_keys",
+        "gpu_check",
+        "benchmark",
+    ]  # fmt: skip  (no eval: the sweep measures what it would predict)
+    for step in steps:
+        parse_params(step.kind, step.params)
+    generate, train = by_step["generate"], by_step["train"]
+    assert generate["engine"]["engine"] == by_step["benchmark"]["launch"]["engine"] == "sglang"
+    assert generate["self_prompts"]["count"] == 8000
+    assert generate["self_prompts"]["openers"] == "tasks"
+    assert (train["device"], train["lr"], train["epochs"], train["ttt_steps"]) == ("cuda", 1e-3, 10, 7)
+    assert by_step["benchmark"]["configs"] == GPU_CONFIGS
+    assert by_step["benchmark"]["launch"].get("cuda_graphs", True) is not False  # as deployments run
+    asked = load_prompts(demo / "mtbench_eval.jsonl")
+    held = load_prompts(demo / "mtbench_held_out.jsonl")
+    assert (len(asked), len(held)) == (8, 72)
+    assert not {p.id for p in asked} & {p.id for p in held}, "no question in both"
+    tiny = subprocess.run(
+        [sys.executable, "-m", "cli.main", "demo", str(tmp_path / "t"), "--gpu"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert tiny.returncode == 2
+    assert "--target smollm2" in tiny.stderr

@@ -201,3 +201,35 @@ def test_compiling_is_chosen_by_the_graphs_it_will_cost() -> None:
     assert not train.should_compile(auto, cpu, 10**6, 1)  # the CPU's compile (C++) is never worth it here
     forced = TrainParams(target="/t", data="/d", output="/o", compile=True)
     assert train.should_compile(forced, cpu, 1, 100.0)
+
+
+@pytest.mark.timeout(600)
+def test_validation_that_fails_to_compile_validates_eagerly(
+    two_lengths: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_dynamo: None
+) -> None:
+    """Validation traces graphs of its own (no grad): a compiler failing only there costs the rest of the
+    run its compile, not the run, and the epoch's validation figures are the eager run's."""
+
+    def no_grad_fails(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        if not torch.is_grad_enabled():
+            raise RuntimeError("planted no-grad compiler failure")
+        return gm.forward
+
+    monkeypatch.setattr(trainer, "COMPILE_BACKEND", no_grad_fails)
+    runs = {}
+    for name, compiled in (("eager", False), ("compiled", True)):
+        params = _params(
+            two_lengths, tmp_path / name, batch_size=1, max_steps=None, epochs=1, val_fraction=0.5
+        )
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            runs[name] = train.run(
+                StageContext(work_dir=tmp_path), params.model_copy(update={"compile": compiled})
+            )
+    fell_back = runs["compiled"]["compile"]["fell_back"]
+    assert fell_back is not None
+    assert fell_back["phase"] == "validation"
+    assert "planted no-grad compiler failure" in fell_back["error"]
+    validated = {k: v for k, v in runs["compiled"]["epochs"][0].items() if k.startswith("val/")}
+    assert validated
+    assert validated == pytest.approx({k: runs["eager"]["epochs"][0][k] for k in validated}, rel=1e-5)

@@ -170,7 +170,9 @@ class PipelineRead(BaseModel):
     created_at: datetime
     retries: int
     spec: dict[str, Any]
-    run_root: str = Field(description="the folder the steps write to (a retry that changed params moves it)")
+    run_root: str | None = Field(
+        description="the folder the steps write to (a retry that changed params moves it)"
+    )
     failed_step: str | None
     jobs: list[JobRead]
     # acceptance by depth: training's estimate, eval's figure and the served one, with errors (acceptance.py)

@@ -77,7 +77,7 @@ def read(session: Session, pipeline: Pipeline) -> PipelineRead:
         created_at=pipeline.created_at,
         retries=pipeline.retries,
         spec=pipeline.spec,
-        run_root=_root(pipeline),
+        run_root=_shown_root(pipeline),
         failed_step=failed_step,
         jobs=[JobRead.of(j) for j in latest.values()],
         acceptance=acceptance_report(
@@ -165,7 +165,9 @@ def retry_pipeline(
             f"pipeline {pipeline_id} is {state}; nothing to retry (name from_step to run steps again)",
         )
     spec = _merged_spec(pipeline, retry)
-    root = f"{_default_root(pipeline)}/retry-{pipeline.retries + 1}" if retry.params else _root(pipeline)
+    root = pipeline.run_root or _default_root(spec, pipeline)
+    if retry.params:
+        root = f"{_default_root(spec, pipeline)}/retry-{pipeline.retries + 1}"
     plans = eagle3_plan(spec, root)
     first = _first_rerun(plans, start, failed_step, retry)
     done = {p.step: latest[p.step] for p in plans[:first]}
@@ -225,16 +227,21 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {error['msg']}" if where else str(error["msg"])
 
 
-def _default_root(pipeline: Pipeline) -> str:
-    return f"{pipeline.spec['workdir'].rstrip('/')}/{pipeline.id}"
+def _default_root(spec: Eagle3PipelineCreate, pipeline: Pipeline) -> str:
+    return f"{spec.workdir.rstrip('/')}/{pipeline.id}"
 
 
-def _root(pipeline: Pipeline) -> str:
-    return pipeline.run_root or _default_root(pipeline)
+def _shown_root(pipeline: Pipeline) -> str | None:
+    """The run folder as a read shows it; None for a stored spec without a workdir (a read never fails)."""
+    workdir = pipeline.spec.get("workdir") if isinstance(pipeline.spec, dict) else None
+    if pipeline.run_root or not isinstance(workdir, str):
+        return pipeline.run_root
+    return f"{workdir.rstrip('/')}/{pipeline.id}"
 
 
 def _plans(pipeline: Pipeline) -> list[StepPlan]:
-    return eagle3_plan(Eagle3PipelineCreate.model_validate(pipeline.spec), _root(pipeline))
+    spec = Eagle3PipelineCreate.model_validate(pipeline.spec)
+    return eagle3_plan(spec, pipeline.run_root or _default_root(spec, pipeline))
 
 
 def _submit_steps(

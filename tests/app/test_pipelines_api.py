@@ -350,3 +350,22 @@ def test_a_retry_that_cannot_be_honoured_changes_nothing(
     assert unchanged["spec"] == failed["spec"]
     assert [j["id"] for j in unchanged["jobs"]] == [j["id"] for j in failed["jobs"]]
     assert unchanged["run_root"] == failed["run_root"]
+
+
+def test_a_stored_pipeline_without_a_workdir_never_breaks_a_listing(
+    client: TestClient, admin: Headers, settings: Settings
+) -> None:
+    """A row written by an older eyas, or by hand, with a spec this one cannot plan: reads still answer, and
+    a retry is refused with a reason instead of a 500."""
+    from app.models.base import utcnow
+    from app.models.pipeline import Pipeline
+
+    odd = uuid.uuid4()
+    with session_scope(settings) as session:
+        session.add(Pipeline(id=odd, template="eagle3", spec={}, retries=0, created_at=utcnow()))
+    listed = client.get("/v1/pipelines", headers=admin)
+    assert listed.status_code == 200, listed.text
+    assert [p["run_root"] for p in listed.json() if p["id"] == str(odd)] == [None]
+    assert client.get(f"/v1/pipelines/{odd}", headers=admin).status_code == 200
+    refused = client.post(f"/v1/pipelines/{odd}/retry", json={"from_step": "train"}, headers=admin)
+    assert 400 <= refused.status_code < 500, refused.text

@@ -25,6 +25,7 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
     python3 bench/gpu/real_model.py recipes WORK OUT    # after the pipeline: bench/gpu/recipes.py on its
         # extraction and held-out extraction, RECIPES at once (learning rate, epochs, data size)
     python3 bench/gpu/real_model.py recipe-sweep WORK OUT   # the recipe best on held-out, through a sweep
+    python3 bench/gpu/real_model.py draft-parts WORK OUT    # the pipeline's draft back in 15 MiB parts
     python3 bench/gpu/real_model.py held-out-sweep WORK OUT [--configs "5,1,6"]   # the drafter served on the
         # held-out questions train validated on: SGLang beside held_out/sim_accept_len_d5 on the same prompts
 """
@@ -32,6 +33,7 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -286,6 +288,35 @@ def held_out_sweep(args: argparse.Namespace) -> None:
           f"{best.get('accept_len')}: {json.dumps(job.get('result'))[:1500]}", flush=True)  # fmt: skip
 
 
+PART_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB, 8 a call
+
+
+def draft_parts(args: argparse.Namespace) -> None:
+    """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) back to this side for analysis on
+    a CPU (eval of the same drafter on other prompts): its config, the weights in parts of 15 MiB, and a
+    manifest with each part's sha256. Its own call: a wait's report already uses five of the eight files.
+    Reassemble: cat model.safetensors.part* > model.safetensors, then check the manifest's sha256."""
+    work, out = args.work.resolve(), args.out
+    out.mkdir(parents=True, exist_ok=True)
+    fix_keys = next(j for j in _pipeline(_client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys")
+    draft = Path(fix_keys["params"]["dest"])
+    weights = (draft / "model.safetensors").read_bytes()
+    parts = [weights[start : start + PART_BYTES] for start in range(0, len(weights), PART_BYTES)]
+    if len(parts) > 6:
+        raise SystemExit(f"{len(weights)} bytes make {len(parts)} parts: more than one call returns")
+    for index, part in enumerate(parts):
+        (out / f"model.safetensors.part{index}").write_bytes(part)
+    (out / "config.json").write_bytes((draft / "config.json").read_bytes())
+    manifest = {
+        "source": str(draft),
+        "bytes": len(weights),
+        "sha256": hashlib.sha256(weights).hexdigest(),
+        "parts": [hashlib.sha256(part).hexdigest() for part in parts],
+    }
+    (out / "draft_parts.json").write_text(json.dumps(manifest, indent=2))
+    print(f"{len(parts)} parts of {draft}/model.safetensors ({len(weights)} bytes)", flush=True)
+
+
 def run_sweep_job(
     http: httpx.Client, spec: dict[str, Any], began: float, deadline_s: float
 ) -> dict[str, Any]:
@@ -398,6 +429,7 @@ PHASES = {
     "recipes": recipes,
     "recipe-sweep": recipe_sweep,
     "held-out-sweep": held_out_sweep,
+    "draft-parts": draft_parts,
 }
 
 

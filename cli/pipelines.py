@@ -86,14 +86,14 @@ def retry(
     as_json: JsonOpt = False,
 ) -> None:
     """Run again from the failed step (or --from-step), reusing what the steps before it produced."""
-    body: dict[str, Any] = {"params": _param_changes(changes or [])}
+    body: dict[str, Any] = {"params": param_changes(changes or [])}
     if from_step is not None:
         body["from_step"] = from_step
     path = f"/v1/pipelines/{_uuid(pipeline_id)}/retry"
     _print(Api(url, token).json("POST", path, json=body), as_json)
 
 
-def _param_changes(changes: list[str]) -> dict[str, dict[str, Any]]:
+def param_changes(changes: list[str]) -> dict[str, dict[str, Any]]:
     params: dict[str, dict[str, Any]] = {}
     for change in changes:
         name, sep, raw = change.partition("=")

@@ -15,7 +15,7 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
         # pipeline's `held_out` set (train validates on it, and takes its estimate and best epoch from it)
-    python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540]
+    python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540] [--retry-with train.compile=false]
     python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
                                                         # output, with the pipeline's answer settings
     python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S] [--spec-compile]   # issue 15: once
@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from e2e_pipeline import SGLANG_ARGS, follow  # noqa: E402 - the same follow and report as the constructed journey
 
+from cli.pipelines import param_changes  # noqa: E402 - `eyas pipeline retry --set`'s parsing
 from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec  # noqa: E402
 
 URL = "http://127.0.0.1:8000"
@@ -155,17 +156,26 @@ def start(args: argparse.Namespace) -> None:
 
 
 def wait(args: argparse.Namespace) -> None:
+    """Follow the pipeline to its end (or the deadline). A failed pipeline is retried only where a retry can
+    help: when `eyas up` died with the last command (its steps were lost), or with `--retry-with` changes.
+    Run 7's `wait` retried a train that failed in the compiler, and it failed again the same way; a sweep the
+    release gate refused would have run again for four minutes."""
     work, out = args.work.resolve(), args.out
     began = time.monotonic()
-    if not _answers():
+    restarted = not _answers()
+    if restarted:
         print("eyas up did not survive the last command: starting it again", flush=True)
         _eyas_up(work, out)
     http = _client(work)
     pipeline = _pipeline(http, work)
     pipeline_id = pipeline["id"]
     if pipeline["state"] in ("failed", "cancelled"):
-        print(f"retrying from {pipeline['failed_step']}", flush=True)
-        http.post(f"/v1/pipelines/{pipeline_id}/retry").raise_for_status()
+        failed = next(j for j in pipeline["jobs"] if j["pipeline_step"] == pipeline["failed_step"])
+        print(f"{pipeline['failed_step']} {failed['state']}: {failed.get('message')}", flush=True)
+        if restarted or args.retry_with:
+            body = {"params": param_changes(args.retry_with or [])}
+            print(f"retrying from {pipeline['failed_step']} with {body['params']}", flush=True)
+            http.post(f"/v1/pipelines/{pipeline_id}/retry", json=body).raise_for_status()
     follow(http, pipeline_id, out, began, args.deadline_s)
 
 
@@ -404,6 +414,11 @@ def main() -> None:
         default="auto",
         help="the train step's torch.compile (auto: the stage's rule, on from 2,000 steps; run 7's compiled "
         "train failed at a recompile, fixed since: bench/gpu/compile_check.py proves the fix)",
+    )
+    parser.add_argument(
+        "--retry-with",
+        action="append",
+        help="wait: retry a failed pipeline with this change, SECTION.KEY=JSON (e.g. train.compile=false)",
     )
     parser.add_argument("--deadline-s", type=float, default=540)
     parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")

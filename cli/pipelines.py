@@ -94,6 +94,7 @@ def retry(
 
 
 def param_changes(changes: list[str]) -> dict[str, dict[str, Any]]:
+    """SECTION.KEY=VALUE settings as a pipeline retry's `params` (VALUE as JSON, else as a string)."""
     params: dict[str, dict[str, Any]] = {}
     for change in changes:
         name, sep, raw = change.partition("=")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -132,12 +133,21 @@ def _non_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
+def field_errors(errors: Iterable[Any], prefix: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """pydantic's errors (a ValidationError's or a request's) as problem+json `errors` entries, each field
+    dotted and under `prefix`."""
+    return [
+        {
+            "field": ".".join([*prefix, *(str(part) for part in err.get("loc", ()))]),
+            "message": error_message(err),
+            "type": err.get("type"),
+        }
+        for err in errors
+    ]
+
+
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
-    errors = []
-    for err in exc.errors():
-        loc = [str(part) for part in err.get("loc", ())]
-        errors.append({"field": ".".join(loc), "message": error_message(err), "type": err.get("type")})
-    return errors
+    return field_errors(exc.errors())
 
 
 def install_error_handlers(app: FastAPI) -> None:

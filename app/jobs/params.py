@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.core.errors import AppError, ErrorCode, error_message
+from app.core.errors import AppError, ErrorCode, field_errors
 from contract.params.common import StageParams
 from contract.stages import STAGES
 
@@ -22,14 +22,7 @@ def validate_params(kind: str, raw: dict[str, Any]) -> StageParams:
     try:
         return STAGES[kind].parse(raw)
     except ValidationError as exc:
-        errors = [
-            {
-                "field": ".".join(["params", *map(str, e["loc"])]),
-                "message": error_message(e),
-                "type": e["type"],
-            }
-            for e in exc.errors()
-        ]
+        errors = field_errors(exc.errors(), ["params"])
         first = errors[0]
         raise AppError(
             ErrorCode.INVALID_PARAMS, f"{first['field']}: {first['message']}", errors=errors

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.core.errors import AppError, ErrorCode, found_or_404
+from app.core.errors import AppError, ErrorCode, field_errors, found_or_404
 from app.core.security import Principal
 from app.jobs import refs
 from app.jobs import service as jobs
@@ -63,6 +63,12 @@ def create_pipeline(
 
 def get_pipeline(session: Session, pipeline_id: uuid.UUID) -> Pipeline:
     return found_or_404(repository.get(session, pipeline_id), f"no pipeline {pipeline_id}")
+
+
+def _shown_root(pipeline: Pipeline) -> str | None:
+    """The run folder as a read shows it; None for a stored spec without a workdir (a read never fails)."""
+    workdir = pipeline.spec.get("workdir") if isinstance(pipeline.spec, dict) else None
+    return _root(pipeline, workdir) if isinstance(workdir, str) else pipeline.run_root
 
 
 def read(session: Session, pipeline: Pipeline) -> PipelineRead:
@@ -165,9 +171,8 @@ def retry_pipeline(
             f"pipeline {pipeline_id} is {state}; nothing to retry (name from_step to run steps again)",
         )
     spec = _merged_spec(pipeline, retry)
-    root = pipeline.run_root or _default_root(spec, pipeline)
-    if retry.params:
-        root = f"{_default_root(spec, pipeline)}/retry-{pipeline.retries + 1}"
+    fresh = f"{spec.workdir.rstrip('/')}/{pipeline.id}/retry-{pipeline.retries + 1}"
+    root = fresh if retry.params else _root(pipeline, spec.workdir)
     plans = eagle3_plan(spec, root)
     first = _first_rerun(plans, start, failed_step, retry)
     done = {p.step: latest[p.step] for p in plans[:first]}
@@ -186,8 +191,13 @@ def _merged_spec(pipeline: Pipeline, retry: PipelineRetry) -> Eagle3PipelineCrea
     try:
         return Eagle3PipelineCreate.model_validate(merged)
     except ValidationError as exc:
+        errors = field_errors(exc.errors())
+        first = errors[0]
+        where = f"{first['field']}: " if first["field"] else ""
         raise AppError(
-            ErrorCode.VALIDATION_FAILED, f"the retried spec is invalid: {_first_error(exc)}"
+            ErrorCode.VALIDATION_FAILED,
+            f"the retried spec is invalid: {where}{first['message']}",
+            errors=errors,
         ) from None
 
 
@@ -221,27 +231,14 @@ def _first_rerun(plans: list[StepPlan], start: str, failed_step: str | None, ret
     return first
 
 
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return f"{where}: {error['msg']}" if where else str(error["msg"])
-
-
-def _default_root(spec: Eagle3PipelineCreate, pipeline: Pipeline) -> str:
-    return f"{spec.workdir.rstrip('/')}/{pipeline.id}"
-
-
-def _shown_root(pipeline: Pipeline) -> str | None:
-    """The run folder as a read shows it; None for a stored spec without a workdir (a read never fails)."""
-    workdir = pipeline.spec.get("workdir") if isinstance(pipeline.spec, dict) else None
-    if pipeline.run_root or not isinstance(workdir, str):
-        return pipeline.run_root
-    return f"{workdir.rstrip('/')}/{pipeline.id}"
+def _root(pipeline: Pipeline, workdir: str) -> str:
+    """Where the steps write: <workdir>/<id>, or the folder of the last retry that changed params."""
+    return pipeline.run_root or f"{workdir.rstrip('/')}/{pipeline.id}"
 
 
 def _plans(pipeline: Pipeline) -> list[StepPlan]:
     spec = Eagle3PipelineCreate.model_validate(pipeline.spec)
-    return eagle3_plan(spec, pipeline.run_root or _default_root(spec, pipeline))
+    return eagle3_plan(spec, _root(pipeline, spec.workdir))
 
 
 def _submit_steps(

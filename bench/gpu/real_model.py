@@ -58,9 +58,6 @@ CONFIGS = [
     {"steps": 7, "topk": 1, "draft_tokens": 8},
     {"steps": 5, "topk": 4, "draft_tokens": 8},
 ]
-# eval and the sweep read the same first MT-Bench turns with the same budget (the product's GPU recipe's),
-# so eval's predicted acceptance and SGLang's measured one are compared on the same requests.
-MTBENCH_PROMPTS = EVAL_PROMPTS
 
 
 def pipeline_spec(
@@ -98,13 +95,13 @@ def parse_configs(text: str) -> list[dict[str, int]]:
 
 def split_mtbench(source: Path, work: Path, held_out: int) -> tuple[Path, Path]:
     """MT-Bench in two files that share no question (drafting.prompting.split): WORK/mtbench_eval.jsonl, the
-    MTBENCH_PROMPTS questions eval and the sweep have asked in every run so far, and
+    EVAL_PROMPTS questions eval and the sweep have asked in every run so far, and
     WORK/mtbench_held_out.jsonl, the next `held_out` in the same category rotation."""
     from drafting.prompting.split import split_prompt_file
 
     evaluated, validated = work / "mtbench_eval.jsonl", work / "mtbench_held_out.jsonl"
     try:
-        return split_prompt_file(source, MTBENCH_PROMPTS, held_out, evaluated, validated)
+        return split_prompt_file(source, EVAL_PROMPTS, held_out, evaluated, validated)
     except ValueError as exc:
         raise SystemExit(f"--held-out {held_out}: {exc}") from None
 

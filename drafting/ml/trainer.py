@@ -220,7 +220,7 @@ class Trainer:
         out_of_memory = False
         loss = stats = None
         try:
-            loss, stats, _ = self._forward(batch, global_step)
+            loss, stats, _ = self._objective_or_eager(self.trained, batch, global_step + 1, "forward")
         except torch.OutOfMemoryError:
             out_of_memory = True
         local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
@@ -249,19 +249,21 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return value, float(grad_norm), stats
 
-    def _forward(self, batch: Batch, global_step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The step's forward. A compiled one that fails (a compiler bug, at the first shape or at a later
-        one's recompile) falls back to eager for the rest of the run: slower, never wrong, and an error that
-        is not the compiler's recurs eagerly and propagates."""
+    def _objective_or_eager(
+        self, model: nn.Module, batch: Batch, step: int, phase: str, *, with_walk: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`_objective`; a compiled one that fails (a compiler bug, at the first shape, at a later one's
+        recompile, or in validation's no-grad graphs) falls back to eager for the rest of the run: slower,
+        never wrong, and an error that is not the compiler's recurs eagerly and propagates."""
         try:
-            return self._objective(self.trained, batch)
+            return self._objective(model, batch, with_walk=with_walk)
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
             if not self.unrolled.compiled:
                 raise
-            self._run_eagerly(exc, global_step + 1, "forward")
-            return self._objective(self.trained, batch)
+            self._run_eagerly(exc, step, phase)
+            return self._objective(model, batch, with_walk=with_walk)
 
     def _backward(self, loss: torch.Tensor, batch: Batch, global_step: int) -> None:
         """loss.backward(); the compiled graph's backward is compiled at its first use, so it can fail there
@@ -277,20 +279,6 @@ class Trainer:
             self._run_eagerly(exc, global_step + 1, "backward")
             self.optimizer.zero_grad(set_to_none=True)
             self._objective(self.trained, batch)[0].backward()
-
-    def _validation_objective(
-        self, batch: Batch, with_walk: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Validation compiles graphs of its own (no grad, other lengths): they can fail as a step's can."""
-        try:
-            return self._objective(self.unrolled, batch, with_walk=with_walk)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as exc:
-            if not self.unrolled.compiled:
-                raise
-            self._run_eagerly(exc, self.scheduler.last_epoch, "validation")
-            return self._objective(self.unrolled, batch, with_walk=with_walk)
 
     def _run_eagerly(self, exc: Exception, global_step: int, phase: str) -> None:
         reason = _one_line(exc)
@@ -321,7 +309,13 @@ class Trainer:
         total = torch.zeros(5, self.ttt_steps, device=self.device)
         cycles = torch.zeros(2, len(depths), dtype=torch.float64)
         for batch in batches:
-            _, stats, walked = self._validation_objective(batch.to(self.device), bool(depths))
+            _, stats, walked = self._objective_or_eager(
+                self.unrolled,
+                batch.to(self.device),
+                self.scheduler.last_epoch,
+                "validation",
+                with_walk=bool(depths),
+            )
             total += stats
             if depths:
                 cycles += walk(walked, depths)

@@ -332,19 +332,17 @@ def test_a_retry_that_cannot_be_honoured_changes_nothing(
         "bad param value": {"params": {"train": {"epochs": "many"}}},
         "unknown section": {"params": {"target": {"x": 1}}},
         "unknown field": {"from": "train"},
+        "a spec that no longer validates": {"from_step": "extract", "params": {"generate": {"limit": 1}}},
     }
-    for case, body in refused.items():
-        answer = client.post(url, json=body, headers=admin)
+    answers = {case: client.post(url, json=body, headers=admin) for case, body in refused.items()}
+    for case, answer in answers.items():
         assert answer.status_code == 422, (case, answer.text)
         assert answer.headers["content-type"].startswith("application/problem+json"), case
-    assert (
-        "set from_step to extract or earlier"
-        in client.post(url, json=refused["a kept step's params"], headers=admin).json()["detail"]
-    )
-    assert (
-        "failed at train"
-        in client.post(url, json=refused["skips the failed step"], headers=admin).json()["detail"]
-    )
+    assert "set from_step to extract or earlier" in answers["a kept step's params"].json()["detail"]
+    assert "failed at train" in answers["skips the failed step"].json()["detail"]
+    invalid = answers["a spec that no longer validates"].json()
+    assert invalid["detail"].startswith("the retried spec is invalid: ")
+    assert "exactly one of `data`" in invalid["detail"]
     unchanged = client.get(f"/v1/pipelines/{failed['id']}", headers=admin).json()
     assert unchanged["retries"] == 0
     assert unchanged["spec"] == failed["spec"]

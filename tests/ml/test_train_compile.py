@@ -130,20 +130,29 @@ def _two_length_params(extraction: tuple[Path, Path], output: Path, **overrides:
     return _params(extraction, output, batch_size=1, max_steps=4, **overrides)
 
 
+def _eager_then_compiled(
+    extraction: tuple[Path, Path], tmp_path: Path
+) -> tuple[RecordingSink, RecordingSink, dict[str, Any], list[warnings.WarningMessage]]:
+    """The same four steps trained eagerly (tmp_path/e), then compiled with the test's backend (tmp_path/c):
+    both runs' sinks, the compiled run's result and the warnings it raised."""
+    eager, compiled = RecordingSink(), RecordingSink()
+    train.run(StageContext(work_dir=tmp_path, sink=eager), _two_length_params(extraction, tmp_path / "e"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train.run(
+            StageContext(work_dir=tmp_path, sink=compiled),
+            _two_length_params(extraction, tmp_path / "c", compile=True),
+        )
+    return eager, compiled, result, caught
+
+
 @pytest.mark.timeout(600)
 def test_each_length_compiles_statically_and_a_later_failure_falls_back_there(
     two_lengths: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_dynamo: None
 ) -> None:
     seen: list[tuple[Any, bool]] = []
     monkeypatch.setattr(trainer, "COMPILE_BACKEND", _fails_at_second_length(seen))
-    eager, compiled = RecordingSink(), RecordingSink()
-    train.run(StageContext(work_dir=tmp_path, sink=eager), _two_length_params(two_lengths, tmp_path / "e"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = train.run(
-            StageContext(work_dir=tmp_path, sink=compiled),
-            _two_length_params(two_lengths, tmp_path / "c", compile=True),
-        )
+    eager, compiled, result, caught = _eager_then_compiled(two_lengths, tmp_path)
     # One graph per length (a same-length recompile, as a guard on a cache filled mid-trace once caused,
     # would repeat a length) and static shapes (dynamo's automatic dynamic shapes would make the second
     # length symbolic: the trace torch 2.11's Inductor failed to lower on the GPU).
@@ -167,14 +176,7 @@ def test_a_backward_that_fails_to_compile_redoes_the_step_eagerly(
 ) -> None:
     seen: list[str] = []
     monkeypatch.setattr(trainer, "COMPILE_BACKEND", _backward_fails(seen))
-    eager, compiled = RecordingSink(), RecordingSink()
-    train.run(StageContext(work_dir=tmp_path, sink=eager), _two_length_params(two_lengths, tmp_path / "e"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = train.run(
-            StageContext(work_dir=tmp_path, sink=compiled),
-            _two_length_params(two_lengths, tmp_path / "c", compile=True),
-        )
+    eager, compiled, result, caught = _eager_then_compiled(two_lengths, tmp_path)
     assert [w for w in caught if "(step 1, backward), training eagerly" in str(w.message)]
     assert seen == ["forward", "backward"], "the backward graph is compiled at its first use"
     assert result["compile"]["fell_back"]["phase"] == "backward"
@@ -196,7 +198,7 @@ def test_compiling_is_chosen_by_the_graphs_it_will_cost() -> None:
     assert train.compiled_graphs(lengths, [0, 1, 2, 3, 4], [50], max_len=1024, pack=True) == 1.5
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     auto = TrainParams(target="/t", data="/d", output="/o")
-    assert not train.should_compile(auto, cuda, 2_380, 7.5)  # run 7: eager was the faster choice
+    assert not train.should_compile(auto, cuda, 2_380, 7.5)  # run 7's shape: eager, by the estimate
     assert train.should_compile(auto, cuda, 2_000 * 8, 7.5)
     assert not train.should_compile(auto, cpu, 10**6, 1)  # the CPU's compile (C++) is never worth it here
     forced = TrainParams(target="/t", data="/d", output="/o", compile=True)

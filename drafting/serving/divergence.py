@@ -24,6 +24,7 @@ above it is a choice the target makes clearly; both paths must agree on it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -192,12 +193,15 @@ def _fits_in_float32(folder: Path, device: str) -> bool:
 
 # The sweep's judge. A sweep sends the same prompts in every round of every config, so it compares many
 # outputs; greedy outputs repeat, and where configs flip at a near-tie they flip at the same position (the
-# target's logits tie there, whatever the draft). Each distinct first divergence is scored once (cached),
-# and a config spends at most MAX_SCORED_PER_CONFIG new scorings: each is a float32 forward of the prompt and
-# the shared prefix on the CPU (the servers hold the GPUs), about a second for a 135M target and a minute
-# for an 8B one over 1k tokens, so 16 keeps judging a config within minutes while covering every prompt of a
-# 16-prompt sweep once. Divergences past the cap are reported `unscored`, not judged.
+# target's logits tie there, whatever the draft). Each distinct first divergence is scored once (cached).
+# Each scoring is a float32 forward of the prompt and the shared prefix on the CPU (the servers hold the
+# GPUs): about a second for a 135M target and a minute for an 8B one over 1k tokens. A config gets
+# MAX_SCORED_PER_CONFIG new scorings whatever they cost (every prompt of a 16-prompt sweep once), then more
+# while its scoring has taken less than SCORING_BUDGET_S: GPU run 8's held-out sweep (72 prompts, 135M
+# target) left 81 of 113 divergences unjudged under a count of 16 alone, where two minutes judge them all.
+# Divergences past both are reported `unscored`, not judged.
 MAX_SCORED_PER_CONFIG = 16
+SCORING_BUDGET_S = 120.0
 MAX_DETAILS = 32  # divergence details kept per row (a result lives in the database and in events)
 VERDICTS = ("identical", "near_tie", "real_loss", "unscored")
 
@@ -242,7 +246,12 @@ class JudgedOutputs:
     strict_reason: str | None = None  # why this config is compared strictly (bit for bit), else None
     scored_in: str | None = None
     scored: int = 0  # new scorings this config spent (cache hits are free)
+    scoring_s: float = 0.0  # the time they took
     max_scored: int = MAX_SCORED_PER_CONFIG
+    budget_s: float = SCORING_BUDGET_S
+
+    def over_budget(self) -> bool:
+        return self.scored >= self.max_scored and self.scoring_s >= self.budget_s
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(VERDICTS, 0)
@@ -271,7 +280,9 @@ class JudgedOutputs:
                 "strict_reason": self.strict_reason,
                 "scored_in": self.scored_in,
                 "scored": self.scored,
+                "scoring_s": round(self.scoring_s, 1),
                 "max_scored": self.max_scored,
+                "budget_s": self.budget_s,
             },
         }
 
@@ -298,12 +309,14 @@ class SweepJudge:
         prompt_ids: Callable[[int], Sequence[int] | None],
         *,
         max_scored: int | None = None,
+        budget_s: float | None = None,
         scorer: TargetScorer | None = None,
     ) -> None:
         """`scorer`: the target as the sweep's smoke check also judges with (one load for both), used once
         cpu_scorer has found that the target fits in float32 here."""
         self.model, self.prompt_ids = model, prompt_ids
         self.max_scored = MAX_SCORED_PER_CONFIG if max_scored is None else max_scored
+        self.budget_s = SCORING_BUDGET_S if budget_s is None else budget_s
         self._shared = scorer
         self._scorer: TargetScorer | None = None
         self._looked = model is None
@@ -312,7 +325,7 @@ class SweepJudge:
         self.scored = self.reused = 0
 
     def judge(self, pairs: Sequence[OutputPair], *, compared: bool = True) -> JudgedOutputs:
-        judged = JudgedOutputs(compared=compared, max_scored=self.max_scored)
+        judged = JudgedOutputs(compared=compared, max_scored=self.max_scored, budget_s=self.budget_s)
         judged.verdicts = [(pair.round, self._one(pair, judged)) for pair in pairs]
         return judged
 
@@ -322,6 +335,7 @@ class SweepJudge:
             "scorer": scorer if self._looked else "not loaded: no divergence needed it",
             "strict_reason": self.strict_reason,
             "max_scored_per_config": self.max_scored,
+            "scoring_budget_s_per_config": self.budget_s,
             "scored": self.scored,
             "reused": self.reused,
             "near_tie_bound": f"max({NEAR_TIE_MIN_LOGITS}, 2^-5·|top logit|) logits",
@@ -355,9 +369,14 @@ class SweepJudge:
         if scorer is None:
             return _strict(judged, pair, position, self.strict_reason or "no scorer", sweep_wide=True)
         scores = None not in tokens  # an output that ended early is a real loss without a forward
-        if scores and judged.scored >= self.max_scored:
-            note = f"over this config's scoring cap ({self.max_scored} distinct divergences): not judged"
+        if scores and judged.over_budget():
+            note = (
+                f"over this config's scoring cap ({judged.scored} distinct divergences in "
+                f"{judged.scoring_s:.0f} s; {self.max_scored} are always judged, more within "
+                f"{self.budget_s:.0f} s): not judged"
+            )
             return Divergence(pair.request, position, "unscored", *tokens, note=note)
+        began = time.monotonic()
         try:
             verdict = classify(pair.request, prompt, pair.baseline, pair.candidate, scorer)
         except (RuntimeError, MemoryError) as exc:  # e.g. the CPU allocator out of memory mid-sweep
@@ -368,6 +387,7 @@ class SweepJudge:
             return _strict(judged, pair, position, self.strict_reason, sweep_wide=True)
         if scores:
             judged.scored += 1
+            judged.scoring_s += time.monotonic() - began
             self.scored += 1
         judged.scored_in = verdict.scored_in or judged.scored_in
         self._cache[key] = verdict

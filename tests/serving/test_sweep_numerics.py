@@ -192,7 +192,7 @@ def baseline_row() -> dict[str, Any]:
 def test_past_the_scoring_cap_divergences_are_reported_unscored_and_not_judged(
     pair: tuple[Path, Path],
 ) -> None:
-    judge = SweepJudge(pair[0], lambda request: PROMPTS[request], max_scored=1)
+    judge = SweepJudge(pair[0], lambda request: PROMPTS[request], max_scored=1, budget_s=0.0)
     rounds = flipped_rounds(2)
     judge_outputs(rounds, judge)
     row = config_row(rounds)
@@ -200,13 +200,26 @@ def test_past_the_scoring_cap_divergences_are_reported_unscored_and_not_judged(
     assert row["outputs_match"] is True
     unscored = [d for d in row["divergence_details"] if d["verdict"] == "unscored"]
     assert [(d["request"], d["rounds"]) for d in unscored] == [(1, [1, 2])]
-    assert "scoring cap (1 distinct divergences)" in unscored[0]["note"]
+    assert "scoring cap (1 distinct divergences in 0 s; 1 are always judged" in unscored[0]["note"]
     gate = release_gate([baseline_row(), row], None, 0.0)
     assert gate["deployable"] is True
     assert gate["unscored_not_judged"] == 2
     assert "2 divergence(s) not judged" in gate["verdict"]
     assert "2 numerical near-tie(s) accepted" in gate["verdict"]
     assert judge.summary()["scored"] == 1
+
+
+def test_within_the_scoring_budget_a_config_judges_past_its_count(pair: tuple[Path, Path]) -> None:
+    """GPU run 8: a 72-prompt sweep of a 135M target left 81 of 113 divergences unjudged under a count of 16
+    alone; scorings that fit the time budget go on past the count."""
+    judge = SweepJudge(pair[0], lambda request: PROMPTS[request], max_scored=1, budget_s=600.0)
+    rounds = flipped_rounds(2)
+    judge_outputs(rounds, judge)
+    row = config_row(rounds)
+    assert row["divergences"] == {"identical": 0, "near_tie": 4, "real_loss": 0, "unscored": 0}
+    assert row["divergence_judge"]["scored"] == 2
+    assert 0 < row["divergence_judge"]["scoring_s"] < 600
+    assert judge.summary()["scoring_budget_s_per_config"] == 600.0
 
 
 def test_without_a_target_to_judge_with_outputs_are_compared_bit_for_bit_and_the_result_says_why(

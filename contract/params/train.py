@@ -74,9 +74,9 @@ class TrainParams(DataParallelParams):
     )
     compile: bool | None = Field(
         None,
-        description="torch.compile the drafter's TTT unroll (default: on for cuda runs of 2000 steps or "
-        "more, where it pays back its ~40 s; off for cpu); a compiler failure on the first step falls back "
-        "to eager with a warning",
+        description="torch.compile the drafter's TTT unroll (default: on for cuda runs of at least 1,200 "
+        "steps per static graph it compiles, one per padded length, where it pays back its compiles; off for "
+        "cpu); a compiler failure at any step falls back to eager with a warning",
     )
     attention: Literal["auto", "dense", "flex"] = Field(
         "auto", description="TTT attention kernel: auto = flex on cuda, dense on cpu"

@@ -53,10 +53,11 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # Batches are padded to a multiple of FlexAttention's block size on a GPU: a few distinct lengths, each
 # compiled once as a static graph (trainer.py says why not dynamic shapes), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
-# An H200 drafter step is ~0.1-0.2 s and compiling saves ~17 % of it (docs/benchmarks.md): from about this
-# many steps one ~40 s compile is paid back. Static graphs compile once per padded length (GPU run 7), so
-# the stage asks this many steps per compile.
-COMPILE_MIN_STEPS = 2000
+# Static graphs compile once per padded length (GPU run 7), so the stage asks this many steps per compile.
+# GPU run 8 (bench/gpu/compile_check.py, SmolLM2's shape, beside a generate server): ~24 s a counted compile,
+# and the compiled step took 0.66 of the eager one; at a real SmolLM2 step (0.099 s, batch 32) that pays
+# back from ~720 steps a compile, or ~1,200 if the saving is the 20 % of the 8B-shaped bench_train.
+COMPILE_MIN_STEPS = 1200
 # Params that define the run: resuming with any of them changed cannot continue it exactly.
 _RUN_DEFINING = (
     "epochs", "ttt_steps", "step_decay", "batch_size", "max_len", "lr", "warmup_ratio", "warmup_steps",
@@ -316,7 +317,7 @@ def _build_drafter(
 
 def should_compile(params: TrainParams, device: torch.device, total_steps: int, graphs: float) -> bool:
     """torch.compile pays back its compiles only over a long run: `graphs` of them, each worth
-    COMPILE_MIN_STEPS steps of the ~17 % it saves. A short run (a demo, a smoke test) trains sooner
+    COMPILE_MIN_STEPS steps of the 20-34 % it saves. A short run (a demo, a smoke test) trains sooner
     eagerly."""
     if params.compile is not None:
         return params.compile

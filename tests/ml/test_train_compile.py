@@ -191,7 +191,7 @@ def test_a_backward_that_fails_to_compile_redoes_the_step_eagerly(
 def test_compiling_is_chosen_by_the_graphs_it_will_cost() -> None:
     """Static graphs compile once per padded length (and once more, forward only, per length validation
     sees): a run compiles by default only if its steps pay for all of them (GPU run 7: 2,380 steps over
-    five lengths compiled by the old rule, and each length's compile costs about what 2,000 steps save)."""
+    five lengths compiled by the old rule; GPU run 8: a compile costs what 720-1,200 steps save)."""
     lengths = [100, 200, 300, 900, 1500, 60]
     graphs = train.compiled_graphs(lengths, [0, 1, 2, 3, 4], [50, 130], max_len=1024, pack=False)
     assert graphs == 4 + 0.5 * 2  # 128, 256, 384, 1024 (1500 is cut to max_len); validation: 128, 256
@@ -199,7 +199,9 @@ def test_compiling_is_chosen_by_the_graphs_it_will_cost() -> None:
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     auto = TrainParams(target="/t", data="/d", output="/o")
     assert not train.should_compile(auto, cuda, 2_380, 7.5)  # run 7's shape: eager, by the estimate
-    assert train.should_compile(auto, cuda, 2_000 * 8, 7.5)
+    assert not train.should_compile(auto, cuda, 3_570, 7.5)  # run 8's 12,000 conversations
+    assert train.should_compile(auto, cuda, int(train.COMPILE_MIN_STEPS * 7.5), 7.5)
+    assert not train.should_compile(auto, cuda, int(train.COMPILE_MIN_STEPS * 7.5) - 1, 7.5)
     assert not train.should_compile(auto, cpu, 10**6, 1)  # the CPU's compile (C++) is never worth it here
     forced = TrainParams(target="/t", data="/d", output="/o", compile=True)
     assert train.should_compile(forced, cpu, 1, 100.0)

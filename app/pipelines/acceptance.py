@@ -9,6 +9,8 @@ prediction's error against the served figure. A user learns whether to trust the
               estimate (`est_accept_len_d{N}`), which overstates serving where drafts fail in clusters
     eval      `accept_length_meta` (Σ completion tokens / Σ verify steps, as SGLang counts) at depth N
     served    the sweep row of the chain config N,1,N+1: `accept_len` from the engine's own counters
+    held_out  the same from serve_held_out (the pipeline's `held_out.serve`): the engine on the held-out
+              prompts train's figure is computed on, so `train_error_held_out` compares like with like
 
 Errors are relative to the served figure: (predicted − served) / served. Nothing here is measured anew; a
 step that has not run (or kept no figure) leaves its column null. eval's error is left null, and the report
@@ -52,17 +54,19 @@ def acceptance_report(
     train, train_source = _train_estimates(results.get("train"))
     evaluated = _eval_figures(results.get("eval"))
     served, engine = _served_figures(results.get("benchmark"))
-    depths = sorted(set(evaluated) | set(served))
+    held_out, held_out_engine = _served_figures(results.get("serve_held_out"))
+    depths = sorted(set(evaluated) | set(served) | set(held_out))
     if not depths:
         return None
     differs = _requests_differ((params or {}).get("eval"), (params or {}).get("benchmark"))
     rows = [
         _row(depth, train.get(depth), evaluated.get(depth), served.get(depth), compare_eval=not differs)
+        | _held_out_fields(train.get(depth), held_out.get(depth), train_source)
         for depth in depths
     ]
     return {
         "by_depth": rows,
-        "engine": engine,
+        "engine": engine or held_out_engine,
         "eval_tolerance": EVAL_TOLERANCE,
         "eval_within_tolerance": _all_within(rows),
         "eval_not_compared": (
@@ -76,6 +80,7 @@ def acceptance_report(
             "train": TRAIN_SOURCES[train_source],
             "eval": "accept_length_meta",
             "served": "accept_len of the sweep's chain config N,1,N+1",
+            "served_held_out": "accept_len of serve_held_out's chain config N,1,N+1 (the held-out prompts)",
         },
     }
 
@@ -95,6 +100,16 @@ def _row(
         "served": served,
         "train_error": _relative(train, served),
         "eval_error": _relative(evaluated, served) if compare_eval else None,
+    }
+
+
+def _held_out_fields(train: float | None, served: float | None, source: str) -> dict[str, Any]:
+    """The engine on the held-out prompts, and train's error against it where train's figure came from
+    those prompts (not from the training data's split)."""
+    same_prompts = source.startswith("held_out/")
+    return {
+        "served_held_out": served,
+        "train_error_held_out": _relative(train, served) if same_prompts else None,
     }
 
 

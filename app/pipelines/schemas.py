@@ -25,6 +25,13 @@ class HeldOutSpec(BaseModel):
         "kept out of training, and apart from the eval and benchmark prompts"
     )
     limit: int | None = Field(None, ge=1, description="use at most this many usable records of `prompts`")
+    serve: bool = Field(
+        False,
+        description="also serve the drafter on these prompts before the sweep (step serve_held_out: a "
+        "benchmark job with the benchmark section's launch and chain depths, answers as generate wrote "
+        "them, ending at their end of turn); the acceptance report then sets train's estimate beside the "
+        "engine's figure on the very prompts it was computed on",
+    )
 
 
 class Eagle3PipelineCreate(BaseModel):
@@ -137,7 +144,7 @@ SECTION_STEPS: dict[str, tuple[str, ...]] = {
     "fix_keys": ("fix_keys",),
     "gpu_check": ("gpu_check",),
     "eval": ("eval",),
-    "benchmark": ("benchmark",),
+    "benchmark": ("serve_held_out", "benchmark"),
 }
 Section = Literal["generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"]
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.pipelines.schemas import Eagle3PipelineCreate
+from contract.params.generate import GenerateParams
 
 # Step names in run order. Names are not kinds: generate_held_out is a `generate` job, extract_held_out an
 # `extract` job; jobs are keyed by their step (`pipeline_step`) everywhere.
@@ -18,12 +19,21 @@ EAGLE3_STEPS = (
     "fix_keys",
     "gpu_check",
     "eval",
+    "serve_held_out",
     "benchmark",
 )
 # eval and benchmark params that decide which requests are decoded (same names and defaults in both)
 SHARED_REQUEST_FIELDS = ("prompts", "max_prompts", "max_new_tokens", "ignore_eos")
 # generate params the held-out step does not copy: what it answers and where it writes are its own
 _NOT_COPIED_TO_HELD_OUT = ("prompts", "self_prompts", "output", "limit", "holdout_prompts")
+# benchmark params serve_held_out sets itself: which requests it asks and how, and the gate's speed judgement
+# (an acceptance pass: the sweep after it judges speed)
+_SET_BY_SERVE_HELD_OUT = (
+    *SHARED_REQUEST_FIELDS, "concurrency", "configs", "depths", "chosen_config", "chosen_depth",
+    "speedup_threshold", "launch", "mode",
+)  # fmt: skip
+ALL_PROMPTS = 100_000  # BenchmarkParams' bound on max_prompts: every prompt of the held-out file
+HELD_OUT_CONCURRENCY = 8  # GPU run 8: 72 questions, 2 rounds of a baseline and a chain server in 167 s
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
             )
         )
     launch = {**spec.benchmark.get("launch", {}), "model": spec.target, "draft": draft}
+    plans += _serve_held_out_plan(spec, launch)
     plans.append(
         StepPlan(
             "benchmark",
@@ -87,19 +98,56 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
     return plans
 
 
+def _serve_held_out_plan(spec: Eagle3PipelineCreate, launch: dict[str, Any]) -> list[StepPlan]:
+    """serve_held_out (held_out.serve): the drafter served on the held-out prompts as generate answered
+    them (its max_new_tokens, ending at their end of turn), at the sweep's chain depths. Train's simulated
+    acceptance is computed on these very answers, so the report compares the two like for like (GPU run 8:
+    2.968 against SGLang's 2.937, where the sweep's other questions served 2.720)."""
+    if spec.held_out is None or not spec.held_out.serve or spec.generate is None:
+        return []
+    copied = {k: v for k, v in spec.benchmark.items() if k not in _SET_BY_SERVE_HELD_OUT}
+    answered = spec.generate.get("max_new_tokens", GenerateParams.model_fields["max_new_tokens"].default)
+    params: dict[str, Any] = {
+        **copied,
+        "mode": "sweep",
+        "launch": launch,
+        "prompts": spec.held_out.prompts,
+        "max_prompts": spec.held_out.limit or ALL_PROMPTS,
+        "max_new_tokens": answered,
+        "ignore_eos": False,
+        "concurrency": HELD_OUT_CONCURRENCY,
+        "speedup_threshold": 0.0,
+    }
+    depths = _chain_depths(spec)
+    if depths:
+        params["depths"] = depths
+    elif spec.benchmark.get("configs") is not None:
+        params["configs"] = spec.benchmark["configs"]
+    return [
+        StepPlan(
+            "serve_held_out", "benchmark", params, refs={"launch.draft": ("fix_keys", "sglang_checkpoint")}
+        )
+    ]
+
+
+def _chain_depths(spec: Eagle3PipelineCreate) -> list[int]:
+    """The sweep's chain depths: its chain configs' steps, or its `depths`; [] when it names neither."""
+    configs = spec.benchmark.get("configs")
+    if isinstance(configs, list):
+        chains = [c.get("steps") for c in configs if isinstance(c, dict) and c.get("topk", 1) == 1]
+        return sorted({d for d in chains if isinstance(d, int)})
+    depths = spec.benchmark.get("depths")
+    return list(depths) if isinstance(depths, list) else []
+
+
 def _eval_defaults(spec: Eagle3PipelineCreate) -> dict[str, Any]:
     """What eval asks unless told otherwise: the sweep's requests (prompts, budget) at its chain depths, so
     the acceptance report sets eval's prediction beside the served figure of the same requests. Run 4 on
     the H200: a pipeline whose eval named no prompts measured the built-in set; the sweep asked MT-Bench."""
     asked = {k: spec.benchmark[k] for k in SHARED_REQUEST_FIELDS if k in spec.benchmark}
-    configs = spec.benchmark.get("configs")
-    if isinstance(configs, list):
-        chains = [c.get("steps") for c in configs if isinstance(c, dict) and c.get("topk", 1) == 1]
-        depths = sorted({d for d in chains if isinstance(d, int)})
-        if depths:
-            asked["depths"] = depths
-    elif "depths" in spec.benchmark:
-        asked["depths"] = spec.benchmark["depths"]
+    depths = _chain_depths(spec)
+    if depths:
+        asked["depths"] = depths
     return asked
 
 

@@ -26,8 +26,8 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
         # extraction and held-out extraction, RECIPES at once (learning rate, epochs, data size)
     python3 bench/gpu/real_model.py recipe-sweep WORK OUT   # the recipe best on held-out, through a sweep
     python3 bench/gpu/real_model.py draft-parts WORK OUT    # the pipeline's draft back in 15 MiB parts
-    python3 bench/gpu/real_model.py held-out-sweep WORK OUT [--configs "5,1,6"]   # the drafter served on the
-        # held-out questions train validated on: SGLang beside held_out/sim_accept_len_d5 on the same prompts
+    # SGLang on the held-out questions train validates on: the pipeline's own serve_held_out step (the GPU
+    # recipe sets held_out.serve; run 8 did it with a phase of this script, held-out-sweep, since removed)
 """
 
 from __future__ import annotations
@@ -269,32 +269,6 @@ def spec_sweep(args: argparse.Namespace) -> None:
     print(f"speculators draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
 
 
-def held_out_sweep(args: argparse.Namespace) -> None:
-    """The pipeline's drafter served on the held-out questions the train stage validated on: SGLang's
-    acceptance on the very prompts of `held_out/sim_accept_len_d{d}`, answers ending at their end of turn
-    as the held-out answers did (run 7: the simulation said 2.757 at d5, the 8-question sweep served 2.478).
-    A benchmark job of the same `eyas up`; writes OUT/held_out_sweep.json."""
-    work, out = args.work.resolve(), args.out
-    out.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    http = _client(work)
-    pipeline = _pipeline(http, work)
-    bench = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "benchmark")["params"]
-    held_out = work / "mtbench_held_out.jsonl"
-    questions = sum(1 for line in held_out.read_text().splitlines() if line.strip())
-    configs = parse_configs(args.configs or "5,1,6")
-    params = bench | {
-        "prompts": str(held_out), "max_prompts": questions, "max_new_tokens": ANSWER_TOKENS,
-        "ignore_eos": False, "concurrency": 8, "configs": configs,
-    }  # fmt: skip
-    job = run_sweep_job(http, {"host": "h200", "params": params}, began, args.deadline_s)
-    (out / "held_out_sweep.json").write_text(json.dumps(job, indent=2))
-    train = _train_job(pipeline).get("result") or {}
-    best = train.get("best") or {}
-    print(f"held-out sweep {job['state']}; train chose epoch {best.get('epoch')} at {best.get('metric')} "
-          f"{best.get('accept_len')}: {json.dumps(job.get('result'))[:1500]}", flush=True)  # fmt: skip
-
-
 PART_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB, 8 a call
 
 
@@ -440,7 +414,6 @@ PHASES = {
     "spec-sweep": spec_sweep,
     "recipes": recipes,
     "recipe-sweep": recipe_sweep,
-    "held-out-sweep": held_out_sweep,
     "draft-parts": draft_parts,
 }
 

@@ -58,6 +58,8 @@ def test_each_depth_puts_the_three_figures_side_by_side_with_errors_against_the_
         "served": 1.5,
         "train_error": pytest.approx((1.964 - 1.5) / 1.5, abs=1e-4),
         "eval_error": pytest.approx((1.4423 - 1.5) / 1.5, abs=1e-4),
+        "served_held_out": None,  # no serve_held_out step
+        "train_error_held_out": None,
     }
     assert abs(by_depth[3]["eval_error"]) <= EVAL_TOLERANCE
     assert abs(by_depth[5]["eval_error"]) <= EVAL_TOLERANCE
@@ -122,7 +124,8 @@ def test_the_simulated_acceptance_is_preferred_to_the_per_position_estimate() ->
     assert report is not None
     assert report["by_depth"] == [
         {"depth": 5, "train_estimate": 1.74, "eval": None, "served": 1.718,
-         "train_error": round((1.74 - 1.718) / 1.718, 4), "eval_error": None},
+         "train_error": round((1.74 - 1.718) / 1.718, 4), "eval_error": None,
+         "served_held_out": None, "train_error_held_out": None},
     ]  # fmt: skip
     assert report["sources"]["train"].startswith("held_out/sim_accept_len_d{N} of the selected checkpoint")
     del result["epochs"][1]["held_out/sim_accept_len_d5"]  # an older held-out record still beats the split
@@ -188,3 +191,29 @@ def test_the_report_says_which_prompts_the_train_column_replayed() -> None:
     untrained = acceptance_report({"benchmark": {"rows": [chain_row(5, 1.718)]}}, params)
     assert untrained is not None
     assert untrained["train_compared_on"] is None  # no train figure, nothing compared
+
+
+def test_served_on_the_held_out_prompts_train_is_compared_like_with_like() -> None:
+    """GPU run 8: the simulation said 2.968 at d5 on the 72 held-out questions, SGLang served 2.937 on those
+    very prompts (serve_held_out) and 2.720 on the sweep's 8 others."""
+    result = train_result(2)
+    result["epochs"][1] |= {"held_out/sim_accept_len_d5": 2.968}
+    held_out = {"engine": "sglang", "rows": [{"config": None, "steps": None}, chain_row(5, 2.937)]}
+    swept = {"engine": "sglang", "rows": [chain_row(5, 2.720)]}
+    report = acceptance_report({"train": result, "serve_held_out": held_out, "benchmark": swept})
+    assert report is not None
+    (row,) = report["by_depth"]
+    assert (row["served"], row["served_held_out"]) == (2.72, 2.937)
+    assert row["train_error"] == round((2.968 - 2.72) / 2.72, 4)
+    assert row["train_error_held_out"] == round((2.968 - 2.937) / 2.937, 4)
+    assert report["sources"]["served_held_out"].startswith("accept_len of serve_held_out's chain config")
+    # alone (the sweep refused, or not yet run), it still makes the table
+    alone = acceptance_report({"train": result, "serve_held_out": held_out})
+    assert alone is not None
+    assert alone["engine"] == "sglang"
+    assert alone["by_depth"][0]["served"] is None
+    # a train figure from the training data's split was not computed on those prompts: no like-for-like error
+    split = acceptance_report({"train": train_result(2), "serve_held_out": held_out})
+    assert split is not None
+    assert split["by_depth"][0]["served_held_out"] == 2.937
+    assert split["by_depth"][0]["train_error_held_out"] is None

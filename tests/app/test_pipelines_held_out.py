@@ -197,7 +197,9 @@ def test_the_acceptance_table_takes_the_held_out_estimate(
 ) -> None:
     register_host(settings, "gpu-a")
     tmp = str(tmp_path)
-    pipeline = client.post("/v1/pipelines", json=held_out_spec(tmp), headers=admin).json()
+    body = held_out_spec(tmp)
+    body["held_out"]["serve"] = True
+    pipeline = client.post("/v1/pipelines", json=body, headers=admin).json()
     produced = {
         "generate": ("conversations", f"{tmp}/c.jsonl"),
         "generate_held_out": ("conversations", f"{tmp}/h.jsonl"),
@@ -209,6 +211,7 @@ def test_the_acceptance_table_takes_the_held_out_estimate(
     results = {
         "train": {"epochs": [epoch], "best": {"epoch": 1, "checkpoint": "/e1"}, "selected": "/e1"},
         "eval": {"depths": [{**EVAL["depths"][0], "depth": 2}]},
+        "serve_held_out": {"engine": "reference", "rows": [chain_row(2, 1.75)]},
         "benchmark": {"engine": "reference", "rows": [chain_row(2, 1.5)]},
     }
     for job in pipeline["jobs"]:
@@ -234,3 +237,42 @@ def test_the_acceptance_table_takes_the_held_out_estimate(
     row = acceptance["by_depth"][0]
     assert (row["depth"], row["train_estimate"], row["served"]) == (2, 1.8, 1.5)
     assert row["train_error"] == round((1.8 - 1.5) / 1.5, 4)
+    assert (row["served_held_out"], row["train_error_held_out"]) == (1.75, round((1.8 - 1.75) / 1.75, 4))
+
+
+def test_serving_the_held_out_prompts_adds_an_acceptance_pass_before_the_sweep(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    """held_out.serve: serve_held_out, a benchmark job on the held-out prompts as generate answered them
+    (its max_new_tokens, ending at their end of turn), at the sweep's chain depths, judging no speed."""
+    tmp = str(tmp_path)
+    body = held_out_spec(tmp)
+    body["held_out"]["serve"] = True
+    body["benchmark"] = {
+        **body["benchmark"],
+        "depths": None,
+        "configs": [{"steps": 5, "topk": 1, "draft_tokens": 6}, {"steps": 5, "topk": 4, "draft_tokens": 8}],
+        "repeats": 2,
+        "chosen_depth": 5,
+        "launch": {"engine": "sglang"},  # the reference engine drafts chains only
+    }
+    del body["benchmark"]["depths"]
+    answer = client.post("/v1/pipelines", json=body, headers=admin)
+    assert answer.status_code == 201, answer.text
+    pipeline = answer.json()
+    steps = [j["pipeline_step"] for j in pipeline["jobs"]]
+    assert steps == [*STEPS[:-1], "serve_held_out", "benchmark"]
+    served = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "serve_held_out")
+    assert served["kind"] == "benchmark"
+    params = served["params"]
+    assert (params["prompts"], params["max_prompts"]) == (f"{tmp}/traffic.jsonl", 40)  # held_out.limit
+    assert (params["max_new_tokens"], params["ignore_eos"], params["concurrency"]) == (64, False, 8)
+    assert (params["depths"], params["repeats"], params["speedup_threshold"]) == ([5], 2, 0.0)
+    assert params["configs"] is None  # the chain depths, not the tree
+    assert params["chosen_depth"] is None
+    assert params["launch"]["engine"] == "sglang"
+    sweep = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "benchmark")["params"]
+    assert sweep["prompts"] == f"{tmp}/bench.jsonl"
+    assert sweep["chosen_depth"] == 5
+    plain = client.post("/v1/pipelines", json=held_out_spec(tmp), headers=admin).json()
+    assert "serve_held_out" not in [j["pipeline_step"] for j in plain["jobs"]]

@@ -188,6 +188,34 @@ def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard,
     assert dashboard.errors == []
 
 
+def test_a_pipeline_that_served_its_held_out_prompts_shows_the_like_for_like_error(
+    dashboard: Dashboard, settings: Settings
+) -> None:
+    """held_out.serve: two more acceptance columns, the engine on the held-out prompts and train's error
+    against it (GPU run 8: 2.968 simulated, 2.937 served, +1.1 %)."""
+    epoch = {"epoch": 1.0, "held_out/sim_accept_len_d5": 3.4}
+    train = {"epochs": [epoch], "best": {"epoch": 1, "checkpoint": "/r/e1"}, "selected": "/r/e1"}
+    held_out = {
+        "mode": "sweep",
+        "engine": "sglang",
+        "rows": [data.sweep_rows(lossy=False)[1] | {"accept_len": 3.3}],
+    }
+    steps = [
+        ("train", "succeeded", {"progress": 1.0, "result": train}),
+        ("benchmark", "succeeded", {"pipeline_step": "serve_held_out", "result": held_out}),
+        ("benchmark", "succeeded", {"result": data.sweep_result()}),
+    ]
+    pipeline, _ = data.make_pipeline(settings, steps)
+    page = dashboard.page
+    dashboard.open(f"#/pipelines/{pipeline}")
+    expect(page.locator("#benchmark-table tbody tr")).to_have_count(5)  # the sweep's, not the held-out pass's
+    head = page.locator("#acceptance thead th").all_inner_texts()
+    assert head[-2:] == ["served, held-out prompts", "train error, same prompts"]
+    first = page.locator("#acceptance tbody tr").nth(0).locator("td").all_inner_texts()
+    assert (first[0], first[3], first[-2], first[-1]) == ("5", "3.1", "3.3", "+3 %")
+    assert dashboard.errors == []
+
+
 def test_a_pipeline_with_two_jobs_of_one_kind_names_them_by_step(
     dashboard: Dashboard, settings: Settings
 ) -> None:

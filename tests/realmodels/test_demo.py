@@ -97,6 +97,12 @@ def test_demo_gpu_writes_the_recipe_measured_on_the_h200(tmp_path: Path) -> None
     assert generate["self_prompts"]["openers"] == "tasks"
     assert (train["device"], train["lr"], train["epochs"], train["ttt_steps"]) == ("cuda", 1e-3, 10, 7)
     assert by_step["benchmark"]["configs"] == GPU_CONFIGS
+    held_out = by_step["serve_held_out"]  # SGLang on the held-out questions too: train's estimate checked
+    assert (held_out["prompts"], held_out["depths"], held_out["ignore_eos"]) == (
+        spec["held_out"]["prompts"],
+        [5],
+        False,
+    )
     assert by_step["benchmark"]["launch"].get("cuda_graphs", True) is not False  # as deployments run
     asked = load_prompts(demo / "mtbench_eval.jsonl")
     held = load_prompts(demo / "mtbench_held_out.jsonl")

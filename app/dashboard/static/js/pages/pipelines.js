@@ -92,13 +92,17 @@ function actions(pipeline, refresh) {
 // predictions' errors are against the served figure (the API's `acceptance`, app/pipelines/acceptance.py).
 const percent = (value) => (value === null || value === undefined ? "—" : `${value > 0 ? "+" : ""}${num(100 * value, 1)} %`);
 
+// With serve_held_out (held_out.serve) two more columns: the engine on the held-out prompts train's estimate
+// walks, and the estimate's error against it (like with like).
 function acceptanceTable(acceptance) {
   if (!acceptance?.by_depth?.length) return null;
   const served = acceptance.engine ? `served (${acceptance.engine})` : "served";
   const estimate = acceptance.sources?.train?.startsWith("held_out/") ? "train estimate (held-out)" : "train estimate";
+  const heldOut = acceptance.by_depth.some((row) => row.served_held_out !== null && row.served_held_out !== undefined);
+  const extra = heldOut ? ["served, held-out prompts", "train error, same prompts"] : [];
   return h("div", { class: "panel", id: "acceptance" },
     h("h2", { class: "panel-title" }, "Acceptance length by depth"),
-    table(["depth", estimate, "eval", served, "train error", "eval error"],
+    table(["depth", estimate, "eval", served, "train error", "eval error", ...extra],
       acceptance.by_depth.map((row) => h("tr", null,
         h("td", { class: "mono" }, String(row.depth)),
         h("td", null, num(row.train_estimate, 2)),
@@ -106,7 +110,9 @@ function acceptanceTable(acceptance) {
         h("td", null, num(row.served, 2)),
         h("td", null, percent(row.train_error)),
         h("td", { class: acceptance.eval_within_tolerance === false && Math.abs(row.eval_error ?? 0) > acceptance.eval_tolerance ? "bad" : null },
-          percent(row.eval_error))))));
+          percent(row.eval_error)),
+        heldOut ? h("td", null, num(row.served_held_out, 2)) : null,
+        heldOut ? h("td", null, percent(row.train_error_held_out)) : null))));
 }
 
 export function mountOne(root, { id }) {

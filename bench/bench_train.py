@@ -8,10 +8,18 @@ measures the bf16 matmul peak in the same process, so the MFU does not depend on
     python bench/bench_train.py [--batch 2] [--seq 2048] [--compile]   # GPU
     python bench/bench_train.py --small                                  # CPU, under a minute
     python bench/bench_train.py --pack [--compile]                       # + packed vs unpacked, same run
+    python bench/bench_train.py --compile --profile --yardstick ../shared/gpu/drafter_step_bench.py
+        # + where a step's device time goes, and the yardstick run after it in the same command
 
 `--pack` adds `pack`: samples of ShareGPT-like lengths (log-normal, median seq/4, cut to seq), batched as the
 train stage does (unpacked: `batch` samples padded to the longest, rounded up to 128 on a GPU; packed:
 `batch` rows of up to `seq` tokens), and real (unpadded) tokens/s of each over the same number of steps.
+
+`--profile` adds `profile`: torch.profiler over `--steps` more steps, device time per step by kind of kernel
+(attention, matmul, loss, optimizer, norm, other) and the top kernels: what limits the step. `--yardstick
+PATH` runs that script (the shared drafter_step_bench.py, `PATH BATCH`) after eyas's steps, in a child
+process of the same command, and adds its JSON and eyas's tokens/s over its compiled figure (issue 15:
+≥ 0.95).
 
 Prints one JSON object. Model FLOPs count the drafter only (fc, 7 x (qkv, o, MLP, lm_head, causal
 attention)), x3 for forward + backward; the target head's full-vocab matmul is extra work, reported apart.
@@ -21,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -235,6 +245,76 @@ def time_target_head(trainer: Trainer, batch: Batch, repeats: int) -> float:
     return (time.perf_counter() - started) / repeats
 
 
+# kernel or op name -> kind, first match wins (CUDA kernel names on a GPU, aten op names on a CPU)
+KERNEL_KINDS = (
+    ("attention", re.compile(r"flex|attention|attn|fmha|flash|sdpa", re.I)),
+    ("loss", re.compile(r"softmax|cross_entropy|nll|logsumexp", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
+    ("matmul", re.compile(r"gemm|matmul|\bmm\b|addmm|bmm|cutlass|xmma|nvjet|aten::mm|aten::linear", re.I)),
+    ("norm", re.compile(r"norm", re.I)),
+)
+
+
+def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dict[str, Any]:
+    """Device time of `steps` steps by kind of kernel and the top kernels, per step (CPU op time on a CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = trainer.device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            trainer.step(batch, start + i)
+        _sync(trainer.device)
+    timed = []
+    for event in prof.key_averages():
+        self_us = _self_device_us(event) if cuda else event.self_cpu_time_total
+        if self_us > 0:
+            timed.append((event.key, self_us / steps / 1e3))
+    total = sum(ms for _, ms in timed) or 1.0
+    kinds: dict[str, float] = {}
+    for name, ms in timed:
+        kind = next((k for k, pattern in KERNEL_KINDS if pattern.search(name)), "other")
+        kinds[kind] = kinds.get(kind, 0.0) + ms
+    top = sorted(timed, key=lambda item: -item[1])[:12]
+    return {
+        "clock": "device (CUDA kernels)" if cuda else "cpu (aten ops, self time)",
+        "ms_per_step": round(total, 2),
+        "share_by_kind": {k: round(ms / total, 3) for k, ms in sorted(kinds.items(), key=lambda kv: -kv[1])},
+        "top": [
+            {"name": name[:120], "ms_per_step": round(ms, 3), "share": round(ms / total, 3)}
+            for name, ms in top
+        ],
+    }
+
+
+def _self_device_us(event: Any) -> float:
+    """Self device time of a profiler row (named self_device_time_total since torch 2.4, cuda before)."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        value = getattr(event, name, None)
+        if isinstance(value, int | float):
+            return float(value)
+    return 0.0
+
+
+def run_yardstick(path: Path, batch: int, tokens_per_s: float) -> dict[str, Any]:
+    """The yardstick script in a child process (after eyas's steps, on the same GPU), its JSON, and eyas's
+    tokens/s over its compiled figure."""
+    done = subprocess.run(
+        [sys.executable, str(path), str(batch)], capture_output=True, text=True, timeout=900, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {
+            "path": str(path),
+            "error": (done.stderr or done.stdout)[-2000:],
+            "returncode": done.returncode,
+        }
+    measured = json.loads(lines[-1])
+    compiled = measured.get("compiled", {}).get("tokens_per_s")
+    ratio = round(tokens_per_s / compiled, 3) if compiled else None
+    return {"path": str(path), "result": measured, "eyas_over_compiled_yardstick": ratio}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small", action="store_true", help="tiny shape on CPU, float32")
@@ -250,6 +330,8 @@ def main() -> None:
     parser.add_argument(
         "--pack", action="store_true", help="also measure packed against unpacked batches of varied lengths"
     )
+    parser.add_argument("--profile", action="store_true", help="also profile --steps steps by kernel kind")
+    parser.add_argument("--yardstick", type=Path, help="run this yardstick script after, in the same command")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.small
     device = torch.device("cuda" if cuda else "cpu")
@@ -282,10 +364,14 @@ def main() -> None:
         "target_head_ms": round(head_s * 1e3, 1),
         "target_head_share": round(head_s / step_s, 3),
     }
+    if args.profile:
+        result["profile"] = profile_steps(trainer, batch, args.warmup + args.steps, args.steps)
     if args.pack:
         result["pack"] = pack_comparison(trainer, shape, args, device)
     if cuda:
         result["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+    if args.yardstick is not None:
+        result["yardstick"] = run_yardstick(args.yardstick, args.batch, result["tokens_per_s"])
     print(json.dumps(result))
 
 

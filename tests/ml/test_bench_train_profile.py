@@ -1,0 +1,57 @@
+"""bench/bench_train.py's profile and yardstick options on the CPU (--small): where a step's time goes by
+kind, and the yardstick run after eyas's steps in the same command with the ratio issue 15 asks for. A
+plumbing check of the script: the GPU run is what it is for (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_train.py"
+
+
+@pytest.mark.timeout(600)
+def test_bench_train_profiles_its_steps_and_runs_the_yardstick_beside_them(tmp_path: Path) -> None:
+    # The shared yardstick (../shared/gpu/drafter_step_bench.py) allocates on CUDA, which this machine lacks:
+    # a stand-in with its command line (PATH BATCH) and its output's shape takes its place here.
+    stand_in = tmp_path / "yardstick.py"
+    stand_in.write_text(
+        "import json, sys\n"
+        "assert sys.argv[1] == '1', sys.argv\n"
+        "print('warming up')\n"
+        "print(json.dumps({'eager': {'tokens_per_s': 100}, 'compiled': {'tokens_per_s': 400}}))\n"
+    )
+    command = [sys.executable, str(BENCH), "--small", "--profile", "--yardstick", str(stand_in)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    profile = result["profile"]
+    assert profile["clock"].startswith("cpu")
+    assert profile["ms_per_step"] > 0
+    shares = profile["share_by_kind"]
+    assert shares["matmul"] > 0  # the drafter's linears
+    assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
+    assert 0 < len(profile["top"]) <= 12
+    assert profile["top"][0]["ms_per_step"] >= profile["top"][-1]["ms_per_step"]
+    yardstick = result["yardstick"]
+    assert yardstick["result"]["compiled"]["tokens_per_s"] == 400
+    assert yardstick["eyas_over_compiled_yardstick"] == round(result["tokens_per_s"] / 400, 3)
+
+
+def test_a_yardstick_that_fails_is_reported_not_hidden(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("eyas_bench_train", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise SystemExit('no CUDA here')\n")
+    report = bench.run_yardstick(broken, 2, 1000.0)
+    assert report["returncode"] == 1
+    assert "no CUDA here" in report["error"]
+    assert "eyas_over_compiled_yardstick" not in report

@@ -1,7 +1,8 @@
 """The real-model journey on a GPU host, driven through eyas's own API: SmolLM2-135M-Instruct built from its
 GGUF, then one `POST /v1/pipelines` that starts from prompts the target writes itself (generate → extract →
-train → fix_keys → gpu_check → eval on MT-Bench → a sweep of chain and tree configurations with real SGLang,
-CUDA graphs on, baseline and speculative rounds interleaved).
+train → fix_keys → gpu_check → [eval on MT-Bench →] serve_held_out, SGLang on the held-out questions → a
+sweep of chain and tree configurations with real SGLang, CUDA graphs on, baseline and speculative rounds
+interleaved).
 
 The device tool allows 10 minutes a command, so the run is split: `start` builds the target, starts
 `eyas up` detached and posts the pipeline; `wait` (a later command on the same warm machine) waits for it,

@@ -33,12 +33,13 @@ from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
 from drafting.serving import sweep_servers as servers
 from drafting.serving.benchmarking import BenchmarkRun, load_options, measure_batch, warm_up
-from drafting.serving.divergence import SweepJudge, TargetScorer
+from drafting.serving.divergence import TargetScorer
 from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, launched_server, raise_if_died
 from drafting.serving.load_client import LoadOptions
 from drafting.serving.prompts import Prompt
 from drafting.serving.render import render_launch, resolve_engine
 from drafting.serving.smoke import SmokeOptions, SweepSmoke, target_tokenizer
+from drafting.serving.sweep_judge import SweepJudge
 from drafting.serving.sweep_report import (
     BASELINE_LABEL,
     ConfigRounds,

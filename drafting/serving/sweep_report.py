@@ -5,7 +5,7 @@ paired with it), with a Student-t 95 % interval; the gate judges the interval's 
 mean clears the threshold only by noise is not deployable.
 
 Outputs: each request of each round is compared with the baseline batch's of the same round, and a divergence
-is judged by the target at its first divergent position (drafting.serving.divergence.SweepJudge): the gate
+is judged by the target at its first divergent position (drafting.serving.sweep_judge.SweepJudge): the gate
 fails a config on a real loss, accepts numerical near-ties (and counts them), reports divergences past the
 scoring cap as `unscored` without judging them, and compares bit for bit where the target cannot judge.
 """
@@ -20,9 +20,9 @@ from typing import Any
 from contract.params.benchmark import SpecConfig
 from drafting.serving.bench_stats import summarize
 from drafting.serving.benchmarking import BenchmarkRun
-from drafting.serving.divergence import JudgedOutputs, OutputPair, SweepJudge
 from drafting.serving.prompts.categories import PromptTally, by_category, request_tallies
 from drafting.serving.speedup_stats import CONFIDENCE, SpeedupInterval, round_speedups, speedup_interval
+from drafting.serving.sweep_judge import JudgedOutputs, OutputPair, SweepJudge
 
 BASELINE_LABEL = "baseline (no speculation)"
 TABLE_FIELDS = (

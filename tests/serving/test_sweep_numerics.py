@@ -22,8 +22,8 @@ from drafting.ml.demo_assets import SPECIALS, successor
 from drafting.ml.drafter import save_drafter
 from drafting.serving import divergence
 from drafting.serving.benchmarking import BenchmarkRun
-from drafting.serving.divergence import SweepJudge
 from drafting.serving.load_client import RequestRecord
+from drafting.serving.sweep_judge import SweepJudge
 from drafting.serving.sweep_report import ConfigRounds, config_row, judge_outputs, release_gate
 from drafting.stages import benchmark as benchmark_stage
 from drafting.stages.base import StageError
@@ -218,14 +218,14 @@ def test_within_the_scoring_budget_a_config_judges_past_its_count(pair: tuple[Pa
     row = config_row(rounds)
     assert row["divergences"] == {"identical": 0, "near_tie": 4, "real_loss": 0, "unscored": 0}
     assert row["divergence_judge"]["scored"] == 2
-    assert 0 < row["divergence_judge"]["scoring_s"] < 600
+    assert 0 <= row["divergence_judge"]["scoring_s"] < 600  # a tiny target scores in milliseconds
     assert judge.summary()["scoring_budget_s_per_config"] == 600.0
 
 
 def test_without_a_target_to_judge_with_outputs_are_compared_bit_for_bit_and_the_result_says_why(
     pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(divergence, "_fits_in_float32", lambda folder, device: False)
+    monkeypatch.setattr(divergence, "fits_in_float32", lambda folder, device: False)
     judge = SweepJudge(pair[0], lambda request: PROMPTS[request])
     rounds = flipped_rounds(1)
     judge_outputs(rounds, judge)

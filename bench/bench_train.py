@@ -250,7 +250,7 @@ KERNEL_KINDS = (
     ("attention", re.compile(r"flex|attention|attn|fmha|flash|sdpa", re.I)),
     ("loss", re.compile(r"softmax|cross_entropy|nll|logsumexp", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
-    ("matmul", re.compile(r"gemm|matmul|\bmm\b|addmm|bmm|cutlass|xmma|nvjet|aten::mm|aten::linear", re.I)),
+    ("matmul", re.compile(r"gemm|matmul|\b(add|b)?mm\b|cutlass|xmma|nvjet|aten::linear", re.I)),
     ("norm", re.compile(r"norm", re.I)),
 )
 

@@ -26,11 +26,11 @@ EAGLE3_STEPS = (
 SHARED_REQUEST_FIELDS = ("prompts", "max_prompts", "max_new_tokens", "ignore_eos")
 # generate params the held-out step does not copy: what it answers and where it writes are its own
 _NOT_COPIED_TO_HELD_OUT = ("prompts", "self_prompts", "output", "limit", "holdout_prompts")
-# benchmark params serve_held_out sets itself: which requests it asks and how, and the gate's speed judgement
-# (an acceptance pass: the sweep after it judges speed)
+# benchmark params serve_held_out does not copy (it sets its own): which requests it asks and how, and
+# the gate's speed judgement (an acceptance pass: the sweep after it judges speed)
 _SET_BY_SERVE_HELD_OUT = (
     *SHARED_REQUEST_FIELDS, "concurrency", "configs", "depths", "chosen_config", "chosen_depth",
-    "speedup_threshold", "launch", "mode",
+    "speedup_threshold",
 )  # fmt: skip
 ALL_PROMPTS = 100_000  # BenchmarkParams' bound on max_prompts: every prompt of the held-out file
 HELD_OUT_CONCURRENCY = 8  # GPU run 8: 72 questions, 2 rounds of a baseline and a chain server in 167 s

@@ -14,24 +14,52 @@ from contract.params.common import HostPath
 
 
 class HeldOutSpec(BaseModel):
-    """A validation set made from prompts kept out of training: the target answers them as `generate` answers
-    the training prompts (same engine and sampling), `extract` turns them into hidden states, and `train`
+    """A validation set kept out of training: `prompts` the target answers as `generate` answers the training
+    prompts (same engine and sampling), or `conversations` already answered (an earlier pipeline's
+    held_out.jsonl, kept to compare runs on one set). `extract` turns them into hidden states, and `train`
     validates on that extraction every epoch and takes its acceptance estimate and best epoch from it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    prompts: HostPath = Field(
+    prompts: HostPath | None = Field(
+        None,
         description="JSONL prompt set (as generate's `prompts`) like the traffic the drafter will serve; "
-        "kept out of training, and apart from the eval and benchmark prompts"
+        "kept out of training, and apart from the eval and benchmark prompts. Needs `generate`",
+    )
+    conversations: HostPath | None = Field(
+        None,
+        description="or JSONL conversations already answered by the target (an earlier pipeline's "
+        "held_out.jsonl): extracted as they are, with `data` or `generate`",
     )
     limit: int | None = Field(None, ge=1, description="use at most this many usable records of `prompts`")
     serve: bool = Field(
         False,
         description="also serve the drafter on these prompts before the sweep (step serve_held_out: a "
-        "benchmark job with the benchmark section's launch and chain depths, answers as generate wrote "
-        "them, ending at their end of turn); the acceptance report then sets train's estimate beside the "
-        "engine's figure on the very prompts it was computed on",
+        "benchmark job with the benchmark section's launch and chain depths, on the held-out conversations' "
+        "prompts, ending at their end of turn); the acceptance report then sets train's estimate beside "
+        "the engine's figure on the very prompts it was computed on",
     )
+    max_new_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=32_768,
+        description="serve_held_out's answer budget (default: generate's max_new_tokens, the budget the "
+        "held-out answers were made with; needed with `conversations` and `data`)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HeldOutSpec:
+        if (self.prompts is None) == (self.conversations is None):
+            raise ValueError(
+                "give exactly one of held_out.prompts (answered by generate) and held_out.conversations "
+                "(already answered)"
+            )
+        if self.conversations is not None and self.limit is not None:
+            raise ValueError(
+                "held_out.limit counts prompts to answer; held-out conversations are extracted whole "
+                "(give a shorter file)"
+            )
+        return self
 
 
 class Eagle3PipelineCreate(BaseModel):
@@ -98,35 +126,46 @@ def _refuse_shared_prompts(spec: Eagle3PipelineCreate) -> None:
 
 
 def _check_held_out(spec: Eagle3PipelineCreate) -> None:
-    """The held-out set is answered with generate's target, engine and sampling, so it needs `generate`; its
-    prompts must be neither the training prompts (it validates training) nor the eval/benchmark prompts (it
-    picks the checkpoint they then judge). Overlaps inside different files are dropped by the two generate
-    steps' `holdout_prompts` (the template fills them)."""
-    assert spec.held_out is not None
-    if spec.generate is None:
+    """Held-out prompts are answered with generate's target, engine and sampling, so they need `generate`;
+    held-out conversations need neither. Either must be neither the training source (it validates training)
+    nor the eval/benchmark prompts (it picks the checkpoint they then judge). Overlaps inside different
+    files are dropped by the generate steps' `holdout_prompts` (the template fills them)."""
+    held_out = spec.held_out
+    assert held_out is not None
+    if held_out.prompts is not None and spec.generate is None:
         raise ValueError(
-            "held_out needs `generate`: its prompts are answered by the target with generate's engine and "
-            "sampling settings (with `data`, extract your own held-out conversations and give their "
-            "extraction as train.held_out_data)"
+            "held_out.prompts needs `generate`: they are answered by the target with generate's engine and "
+            "sampling settings (with `data`, give conversations the target already answered as "
+            "held_out.conversations)"
         )
     if spec.train.get("held_out_data") is not None:
         raise ValueError(
             "give held_out or train.held_out_data, not both: held_out makes train's held_out_data"
         )
-    prompts = spec.held_out.prompts
-    others = (
-        ("generate", spec.generate.get("prompts")),
-        ("eval", (spec.eval or {}).get("prompts")),
-        ("benchmark", spec.benchmark.get("prompts")),
+    if held_out.serve and held_out.max_new_tokens is None and spec.generate is None:
+        raise ValueError(
+            "held_out.serve with held-out conversations and `data` needs held_out.max_new_tokens: the "
+            "answer budget the conversations were made with"
+        )
+    field, source = (
+        ("prompts", held_out.prompts)
+        if held_out.prompts is not None
+        else ("conversations", held_out.conversations)
     )
-    for step, source in others:
-        if _same_source(prompts, source):
+    others = (
+        ("generate.prompts", (spec.generate or {}).get("prompts")),
+        ("data", spec.data),
+        ("eval.prompts", (spec.eval or {}).get("prompts")),
+        ("benchmark.prompts", spec.benchmark.get("prompts")),
+    )
+    for step, other in others:
+        if _same_source(source, other):
             why = (
                 "validation prompts must be kept out of the prompts the drafter is trained on"
-                if step == "generate"
+                if step in ("generate.prompts", "data")
                 else "evaluation prompts must stay apart from the prompts that pick the checkpoint"
             )
-            raise ValueError(f"held_out.prompts is also {step}.prompts ({prompts!r}): {why}")
+            raise ValueError(f"held_out.{field} is also {step} ({source!r}): {why}")
 
 
 def _same_source(a: Any, b: Any) -> bool:

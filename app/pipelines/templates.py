@@ -50,12 +50,13 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
     plans = _generate_plan(spec, f"{root}/conversations.jsonl")
     data = plans[0].params["output"] if plans else spec.data
     extract_refs = {"data": ("generate", "conversations")} if plans else {}
-    held_out = _held_out_plan(spec, f"{root}/held_out.jsonl", f"{root}/held_out_states")
+    held_out_file = (spec.held_out.conversations if spec.held_out else None) or f"{root}/held_out.jsonl"
+    answered, extracted = _held_out_plan(spec, held_out_file, f"{root}/held_out_states")
     train = {**spec.train, "data": hidden, "target": spec.target, "output": train_dir}
     train_refs = {"data": ("extract", "hidden_states")}
-    if held_out:
-        plans.append(held_out[0])  # generate_held_out right after generate: one target server after the other
-        train["held_out_data"] = held_out[1].params["output"]
+    plans += answered  # generate_held_out right after generate: one target server after the other
+    if extracted:
+        train["held_out_data"] = extracted[0].params["output"]
         train_refs["held_out_data"] = ("extract_held_out", "hidden_states")
     plans.append(
         StepPlan(
@@ -65,7 +66,7 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
             refs=extract_refs,
         )
     )
-    plans += held_out[1:]
+    plans += extracted
     plans += [
         StepPlan("train", "train", train, refs=train_refs),
         StepPlan(
@@ -86,7 +87,7 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
             )
         )
     launch = {**spec.benchmark.get("launch", {}), "model": spec.target, "draft": draft}
-    plans += _serve_held_out_plan(spec, launch)
+    plans += _serve_held_out_plan(spec, launch, held_out_file)
     plans.append(
         StepPlan(
             "benchmark",
@@ -98,22 +99,28 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
     return plans
 
 
-def _serve_held_out_plan(spec: Eagle3PipelineCreate, launch: dict[str, Any]) -> list[StepPlan]:
-    """serve_held_out (held_out.serve): the drafter served on the held-out prompts as generate answered
-    them (its max_new_tokens, ending at their end of turn), at the sweep's chain depths. Train's simulated
-    acceptance is computed on these very answers, so the report compares the two like for like (GPU run 8:
-    2.968 against SGLang's 2.937, where the sweep's other questions served 2.720)."""
-    if spec.held_out is None or not spec.held_out.serve or spec.generate is None:
+def _serve_held_out_plan(
+    spec: Eagle3PipelineCreate, launch: dict[str, Any], conversations: str
+) -> list[StepPlan]:
+    """serve_held_out (held_out.serve): the drafter served on the held-out conversations' prompts, the very
+    records train validated on (generate_held_out's output, or the given conversations), with the budget
+    their answers were made with and ending at their end of turn, at the sweep's chain depths. Train's
+    simulated acceptance is computed on these answers, so the report compares the two like for like (GPU
+    run 8: 2.968 against SGLang's 2.937, where the sweep's other questions served 2.720)."""
+    held_out = spec.held_out
+    if held_out is None or not held_out.serve:
         return []
     copied = {k: v for k, v in spec.benchmark.items() if k not in _SET_BY_SERVE_HELD_OUT}
-    answered = spec.generate.get("max_new_tokens", GenerateParams.model_fields["max_new_tokens"].default)
+    budget = held_out.max_new_tokens or (spec.generate or {}).get(
+        "max_new_tokens", GenerateParams.model_fields["max_new_tokens"].default
+    )
     params: dict[str, Any] = {
         **copied,
         "mode": "sweep",
         "launch": launch,
-        "prompts": spec.held_out.prompts,
-        "max_prompts": spec.held_out.limit or ALL_PROMPTS,
-        "max_new_tokens": answered,
+        "prompts": conversations,
+        "max_prompts": ALL_PROMPTS,
+        "max_new_tokens": budget,
         "ignore_eos": False,
         "concurrency": HELD_OUT_CONCURRENCY,
         "speedup_threshold": 0.0,
@@ -123,11 +130,10 @@ def _serve_held_out_plan(spec: Eagle3PipelineCreate, launch: dict[str, Any]) -> 
         params["depths"] = depths
     elif spec.benchmark.get("configs") is not None:
         params["configs"] = spec.benchmark["configs"]
-    return [
-        StepPlan(
-            "serve_held_out", "benchmark", params, refs={"launch.draft": ("fix_keys", "sglang_checkpoint")}
-        )
-    ]
+    refs = {"launch.draft": ("fix_keys", "sglang_checkpoint")}
+    if held_out.prompts is not None:
+        refs["prompts"] = ("generate_held_out", "conversations")
+    return [StepPlan("serve_held_out", "benchmark", params, refs=refs)]
 
 
 def _chain_depths(spec: Eagle3PipelineCreate) -> list[int]:
@@ -165,7 +171,8 @@ def _generate_plan(spec: Eagle3PipelineCreate, output: str) -> list[StepPlan]:
     to one of theirs is dropped."""
     if spec.generate is None:
         return []
-    validation = [spec.held_out.prompts] if spec.held_out is not None else []
+    held_out = spec.held_out
+    validation = [s for s in (held_out.prompts, held_out.conversations) if s] if held_out is not None else []
     holdout = _holdout(spec.generate.get("holdout_prompts", []), _evaluation_prompts(spec), validation)
     params = {**spec.generate, "target": spec.target, "output": output}
     if holdout:
@@ -173,25 +180,28 @@ def _generate_plan(spec: Eagle3PipelineCreate, output: str) -> list[StepPlan]:
     return [StepPlan("generate", "generate", params)]
 
 
-def _held_out_plan(spec: Eagle3PipelineCreate, conversations: str, states: str) -> list[StepPlan]:
-    """generate_held_out and extract_held_out: the held-out prompts answered with generate's target, engine
-    and sampling, then extracted as the training data is; train validates on the result. The eval and
-    benchmark prompt sets are held out of it, so no evaluation prompt helps pick the checkpoint."""
-    if spec.held_out is None or spec.generate is None:
-        return []
-    answered = {k: v for k, v in spec.generate.items() if k not in _NOT_COPIED_TO_HELD_OUT}
-    params = {**answered, "target": spec.target, "prompts": spec.held_out.prompts, "output": conversations}
-    if spec.held_out.limit is not None:
-        params["limit"] = spec.held_out.limit
-    holdout = _holdout(_evaluation_prompts(spec))  # eval and benchmark often share one set: once
-    if holdout:
-        params["holdout_prompts"] = holdout
-    return [
-        StepPlan("generate_held_out", "generate", params),
-        StepPlan(
-            "extract_held_out",
-            "extract",
-            {**spec.extract, "target": spec.target, "data": conversations, "output": states},
-            refs={"data": ("generate_held_out", "conversations")},
-        ),
-    ]
+def _held_out_plan(
+    spec: Eagle3PipelineCreate, conversations: str, states: str
+) -> tuple[list[StepPlan], list[StepPlan]]:
+    """(generate_held_out,) and (extract_held_out,): held-out prompts answered with generate's target,
+    engine and sampling, then extracted as the training data is; train validates on the result. The eval
+    and benchmark prompt sets are held out of it, so no evaluation prompt helps pick the checkpoint. Held-out
+    conversations already answered need only the extract step."""
+    held_out = spec.held_out
+    if held_out is None:
+        return [], []
+    answered: list[StepPlan] = []
+    refs: dict[str, tuple[str, str]] = {}
+    if held_out.prompts is not None:
+        assert spec.generate is not None  # the spec's validator: held-out prompts need generate
+        copied = {k: v for k, v in spec.generate.items() if k not in _NOT_COPIED_TO_HELD_OUT}
+        params = {**copied, "target": spec.target, "prompts": held_out.prompts, "output": conversations}
+        if held_out.limit is not None:
+            params["limit"] = held_out.limit
+        holdout = _holdout(_evaluation_prompts(spec))  # eval and benchmark often share one set: once
+        if holdout:
+            params["holdout_prompts"] = holdout
+        answered.append(StepPlan("generate_held_out", "generate", params))
+        refs = {"data": ("generate_held_out", "conversations")}
+    extract = {**spec.extract, "target": spec.target, "data": conversations, "output": states}
+    return answered, [StepPlan("extract_held_out", "extract", extract, refs=refs)]

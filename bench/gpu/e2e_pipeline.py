@@ -16,6 +16,7 @@ import multiprocessing
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,12 +190,21 @@ def run(work: Path, out: Path, started: float, deadline_s: float, pipeline_spec:
     dry_runs(http, pipeline_spec, out)
 
 
-def follow(http: httpx.Client, pipeline_id: str, out: Path, started: float, deadline_s: float) -> None:
+def follow(
+    http: httpx.Client,
+    pipeline_id: str,
+    out: Path,
+    started: float,
+    deadline_s: float,
+    on_poll: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
     """Print each change of the steps' states and progress until the pipeline ends or the deadline, then
-    write the report."""
+    write the report. `on_poll` sees the pipeline at every poll (real_model.py keeps generate's output)."""
     last = ""
     while time.monotonic() - started < deadline_s:
         pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+        if on_poll is not None:
+            on_poll(pipeline)
         line = " ".join(f"{j['kind']}={j['state']}:{(j.get('progress') or 0):.2f}" for j in pipeline["jobs"])
         if line != last:
             print(f"[{time.monotonic() - started:5.0f}s] {pipeline['state']}: {line}", flush=True)

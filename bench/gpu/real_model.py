@@ -12,7 +12,9 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
         [--epochs N] [--lr LR] [--truncated-answers keep|drop] [--held-out N] [--no-eval] [--openers tasks]
         [--train-compile auto|on|off]
-        [--configs "3,1,4 5,1,6"] [--repeats N]
+        [--configs "3,1,4 5,1,6"] [--repeats N] [--carried DIR]
+        # every call that sees generate done saves its conversations to OUT (carried.py); --carried DIR
+        # starts from such a copy instead of generating
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
         # pipeline's `held_out` set (train validates on it, and takes its estimate and best epoch from it)
@@ -47,6 +49,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from carried import GeneratedSaver, carried_spec, unpack  # noqa: E402
 from e2e_pipeline import SGLANG_ARGS, follow  # noqa: E402 - the same follow and report as the constructed journey
 
 from cli.pipelines import param_changes  # noqa: E402 - `eyas pipeline retry --set`'s parsing
@@ -146,11 +149,13 @@ def start(args: argparse.Namespace) -> None:
     )
     if args.train_compile != "auto":
         spec["train"]["compile"] = args.train_compile == "on"
+    if args.carried is not None:  # an earlier session's generate output (carried.py): no generate step
+        spec = carried_spec(spec, *unpack(args.carried, work), answer_tokens=ANSWER_TOKENS)
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
     (work / "pipeline_id").write_text(created.json()["id"])
-    follow(http, created.json()["id"], out, began, args.deadline_s)
+    follow(http, created.json()["id"], out, began, args.deadline_s, on_poll=GeneratedSaver(out))
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -174,7 +179,7 @@ def wait(args: argparse.Namespace) -> None:
             body = {"params": param_changes(args.retry_with or [])}
             print(f"retrying from {pipeline['failed_step']} with {body['params']}", flush=True)
             http.post(f"/v1/pipelines/{pipeline_id}/retry", json=body).raise_for_status()
-    follow(http, pipeline_id, out, began, args.deadline_s)
+    follow(http, pipeline_id, out, began, args.deadline_s, on_poll=GeneratedSaver(out))
 
 
 def direct(args: argparse.Namespace) -> None:
@@ -394,6 +399,11 @@ def main() -> None:
     )
     parser.add_argument("--deadline-s", type=float, default=540)
     parser.add_argument("--truncated-answers", choices=["keep", "drop"], default="keep")
+    parser.add_argument(
+        "--carried",
+        type=Path,
+        help="start: conversations an earlier call saved to OUT (carried.py), not generate",
+    )
     parser.add_argument(
         "--held-out", type=int, default=0, help="MT-Bench questions for the held-out validation set (0: none)"
     )

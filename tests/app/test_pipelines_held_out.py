@@ -133,7 +133,7 @@ def test_held_out_prompts_must_stay_apart_and_need_generate(
         assert words in answer.text, answer.text
 
     with_data = spec(tmp, held_out={"prompts": f"{tmp}/traffic.jsonl"})
-    refused(with_data, "held_out needs `generate`")
+    refused(with_data, "held_out.prompts needs `generate`")
     as_training = held_out_spec(tmp)
     as_training["held_out"]["prompts"] = f"{tmp}/./train_prompts.jsonl"  # the same file, spelled otherwise
     refused(as_training, "held_out.prompts is also generate.prompts")
@@ -238,6 +238,61 @@ def test_the_acceptance_table_takes_the_held_out_estimate(
     assert (row["depth"], row["train_estimate"], row["served"]) == (2, 1.8, 1.5)
     assert row["train_error"] == round((1.8 - 1.5) / 1.5, 4)
     assert (row["served_held_out"], row["train_error_held_out"]) == (1.75, round((1.8 - 1.75) / 1.75, 4))
+    served = next(j for j in done["jobs"] if j["pipeline_step"] == "serve_held_out")
+    assert served["params"]["prompts"] == f"{tmp}/h.jsonl"  # generate_held_out's artifact, filled in
+
+
+def test_held_out_conversations_already_answered_are_extracted_and_served_as_they_are(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    """held_out.conversations (an earlier pipeline's held_out.jsonl): no generate_held_out, with `data` as
+    with `generate`; served with the budget the spec names, since no generate step says it."""
+    tmp = str(tmp_path)
+    given = f"{tmp}/earlier/held_out.jsonl"
+    body = spec(tmp, held_out={"conversations": given, "serve": True, "max_new_tokens": 384})
+    answer = client.post("/v1/pipelines", json=body, headers=admin)
+    assert answer.status_code == 201, answer.text
+    jobs = {j["pipeline_step"]: j for j in answer.json()["jobs"]}
+    assert list(jobs) == ["extract", "extract_held_out", "train", "fix_keys", "gpu_check", "eval",
+                          "serve_held_out", "benchmark"]  # fmt: skip
+    held, extract = jobs["extract_held_out"]["params"], jobs["extract"]["params"]
+    assert (held["data"], extract["data"]) == (given, body["data"])
+    assert jobs["train"]["params"]["held_out_data"] == held["output"]
+    served = jobs["serve_held_out"]["params"]
+    assert (served["prompts"], served["max_new_tokens"], served["ignore_eos"]) == (given, 384, False)
+    with_generate = held_out_spec(tmp)
+    with_generate["held_out"] = {"conversations": given}
+    made = client.post("/v1/pipelines", json=with_generate, headers=admin).json()
+    steps = [j["pipeline_step"] for j in made["jobs"]]
+    assert "generate_held_out" not in steps
+    assert "extract_held_out" in steps
+    trained = next(j for j in made["jobs"] if j["pipeline_step"] == "generate")["params"]
+    assert given in trained["holdout_prompts"]  # a training prompt equal to a held-out one is dropped
+
+
+def test_held_out_conversations_refuse_what_cannot_hold(
+    client: TestClient, admin: Headers, tmp_path: Any
+) -> None:
+    tmp = str(tmp_path)
+    given = f"{tmp}/earlier/held_out.jsonl"
+
+    def refused(held_out: dict[str, Any], words: str, **extra: Any) -> None:
+        answer = client.post("/v1/pipelines", json=spec(tmp, held_out=held_out, **extra), headers=admin)
+        assert answer.status_code == 422, answer.text
+        assert words in answer.text, answer.text
+
+    refused({"conversations": given, "prompts": f"{tmp}/p.jsonl"}, "exactly one of held_out.prompts")
+    refused({"serve": True}, "exactly one of held_out.prompts")
+    refused({"conversations": given, "limit": 5}, "extracted whole")
+    refused({"conversations": given, "serve": True}, "needs held_out.max_new_tokens")
+    refused({"conversations": f"{tmp}/./data.jsonl"}, "held_out.conversations is also data")
+    refused(
+        {"conversations": f"{tmp}/bench.jsonl"},
+        "is also benchmark.prompts",
+        benchmark={"prompts": f"{tmp}/bench.jsonl"},
+    )
+    refused({"conversations": given, "max_new_tokens": 0}, "max_new_tokens")
+    assert client.get("/v1/jobs", headers=admin).json()["items"] == []
 
 
 def test_serving_the_held_out_prompts_adds_an_acceptance_pass_before_the_sweep(
@@ -265,7 +320,9 @@ def test_serving_the_held_out_prompts_adds_an_acceptance_pass_before_the_sweep(
     served = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "serve_held_out")
     assert served["kind"] == "benchmark"
     params = served["params"]
-    assert (params["prompts"], params["max_prompts"]) == (f"{tmp}/traffic.jsonl", 40)  # held_out.limit
+    # the records train validated on (generate_held_out's output), not the first `limit` lines of the prompts
+    root = f"{tmp}/runs/{pipeline['id']}"
+    assert (params["prompts"], params["max_prompts"]) == (f"{root}/held_out.jsonl", 100_000)
     assert (params["max_new_tokens"], params["ignore_eos"], params["concurrency"]) == (64, False, 8)
     assert (params["depths"], params["repeats"], params["speedup_threshold"]) == ([5], 2, 0.0)
     assert params["configs"] is None  # the chain depths, not the tree

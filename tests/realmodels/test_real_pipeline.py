@@ -17,6 +17,7 @@ from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
 from contract.stages import parse_params
 from drafting.realmodels.demo import real_pipeline_spec
+from drafting.serving.prompts import prepare_prompts
 from drafting.stages import load_stage
 from drafting.stages.base import StageContext
 from tests.realmodels.targets import realmodel, smollm2_target
@@ -71,6 +72,17 @@ def test_prompts_to_an_evaluated_drafter_on_the_real_target(tmp_path: Path) -> N
     assert results["train"]["samples"]["held_out"] == 2
     assert results["train"]["best"]["source"] == "held_out"
     assert all("held_out/est_accept_len" in epoch for epoch in results["train"]["epochs"])
+    # serve_held_out asks these answered records' prompts: the user turn, rendered, without the answer
+    answered = Path(results["generate_held_out"]["output"])
+    records = {r["id"]: r for r in map(json.loads, answered.read_text().splitlines())}
+    served = prepare_prompts(answered, tokenizer_folder=spec.target)
+    assert sorted(p.category or "" for p in served) == ["math", "writing"]
+    for prompt in served:
+        assert prompt.id is not None
+        assert prompt.messages is not None
+        assert prompt.input_ids
+        assert list(prompt.messages) == records[prompt.id]["messages"][:-1]
+        assert records[prompt.id]["messages"][-1]["role"] == "assistant"
     row = results["eval"]["depths"][0]
     assert results["eval"]["prompt_set"]["chat_prompts"] == 1
     assert row["outputs_match"] is True

@@ -257,6 +257,7 @@ KERNEL_KINDS = (
 
 def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dict[str, Any]:
     """Device time of `steps` steps by kind of kernel and the top kernels, per step (CPU op time on a CPU)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = trainer.device.type == "cuda"
@@ -267,6 +268,10 @@ def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dic
         _sync(trainer.device)
     timed = []
     for event in prof.key_averages():
+        # On CUDA only the kernels' own rows: an op's row carries the device time of the kernels it
+        # launched too, and counting both doubled the total (the first H200 profile, run 9's session).
+        if cuda and event.device_type == DeviceType.CPU:
+            continue
         self_us = _self_device_us(event) if cuda else event.self_cpu_time_total
         if self_us > 0:
             timed.append((event.key, self_us / steps / 1e3))

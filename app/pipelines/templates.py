@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.pipelines.schemas import Eagle3PipelineCreate
+from contract.params.benchmark import BenchmarkParams
 from contract.params.generate import GenerateParams
 
 # Step names in run order. Names are not kinds: generate_held_out is a `generate` job, extract_held_out an
@@ -32,7 +33,10 @@ _SET_BY_SERVE_HELD_OUT = (
     *SHARED_REQUEST_FIELDS, "concurrency", "configs", "depths", "chosen_config", "chosen_depth",
     "speedup_threshold",
 )  # fmt: skip
-ALL_PROMPTS = 100_000  # BenchmarkParams' bound on max_prompts: every prompt of the held-out file
+# every prompt of the held-out file: BenchmarkParams' own bound on max_prompts
+ALL_PROMPTS: int = next(
+    m.le for m in BenchmarkParams.model_fields["max_prompts"].metadata if hasattr(m, "le")
+)
 HELD_OUT_CONCURRENCY = 8  # GPU run 8: 72 questions, 2 rounds of a baseline and a chain server in 167 s
 
 

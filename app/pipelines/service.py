@@ -174,7 +174,7 @@ def retry_pipeline(
     fresh = f"{spec.workdir.rstrip('/')}/{pipeline.id}/retry-{pipeline.retries + 1}"
     root = fresh if retry.params else _root(pipeline, spec.workdir)
     plans = eagle3_plan(spec, root)
-    first = _first_rerun(plans, start, failed_step, retry)
+    first = _first_rerun(plans, start, failed_step, retry, _changed_steps(pipeline, spec))
     done = {p.step: latest[p.step] for p in plans[:first]}
     pipeline.retries += 1
     if retry.params:
@@ -201,9 +201,27 @@ def _merged_spec(pipeline: Pipeline, retry: PipelineRetry) -> Eagle3PipelineCrea
         ) from None
 
 
-def _first_rerun(plans: list[StepPlan], start: str, failed_step: str | None, retry: PipelineRetry) -> int:
+def _changed_steps(pipeline: Pipeline, spec: Eagle3PipelineCreate) -> set[str] | None:
+    """The steps whose params the retried spec changes, planned in one folder so only the spec differs (a
+    sweep's gate threshold leaves serve_held_out as it was); None when the stored spec cannot be planned."""
+    root = _root(pipeline, spec.workdir)
+    try:
+        before = {p.step: p.params for p in _plans(pipeline)}
+    except ValidationError:
+        return None
+    return {p.step for p in eagle3_plan(spec, root) if before.get(p.step) != p.params}
+
+
+def _first_rerun(
+    plans: list[StepPlan],
+    start: str,
+    failed_step: str | None,
+    retry: PipelineRetry,
+    changed: set[str] | None,
+) -> int:
     """The index of the first step to run again, after checking the retry can be honoured: the step exists,
-    no failed step is skipped, and every changed section feeds only steps that run again."""
+    no failed step is skipped, and every step whose params change runs again (`changed`; when unknown, every
+    step a changed section feeds)."""
     steps = [p.step for p in plans]
     if start not in steps:
         raise AppError(
@@ -216,14 +234,18 @@ def _first_rerun(plans: list[StepPlan], start: str, failed_step: str | None, ret
             ErrorCode.VALIDATION_FAILED,
             f"the pipeline failed at {failed_step}: run again from there or an earlier step, not {start}",
         )
+    if changed is None:
+        kept = [step for section in retry.params for step in SECTION_STEPS[section] if step in steps[:first]]
+    else:
+        kept = [step for step in steps[:first] if step in changed]
+    if kept:
+        section = next((s for s in retry.params if kept[0] in SECTION_STEPS[s]), next(iter(retry.params)))
+        raise AppError(
+            ErrorCode.VALIDATION_FAILED,
+            f"params.{section} changes {kept[0]}, which this retry does not run again: "
+            f"set from_step to {kept[0]} or earlier",
+        )
     for section in retry.params:
-        kept = [step for step in SECTION_STEPS[section] if step in steps[:first]]
-        if kept:
-            raise AppError(
-                ErrorCode.VALIDATION_FAILED,
-                f"params.{section} changes {kept[0]}, which this retry does not run again: "
-                f"set from_step to {kept[0]} or earlier",
-            )
         if not any(step in steps for step in SECTION_STEPS[section]):
             raise AppError(
                 ErrorCode.VALIDATION_FAILED, f"params.{section}: this pipeline has no {section} step"

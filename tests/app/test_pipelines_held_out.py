@@ -333,3 +333,50 @@ def test_serving_the_held_out_prompts_adds_an_acceptance_pass_before_the_sweep(
     assert sweep["chosen_depth"] == 5
     plain = client.post("/v1/pipelines", json=held_out_spec(tmp), headers=admin).json()
     assert "serve_held_out" not in [j["pipeline_step"] for j in plain["jobs"]]
+
+
+def test_a_retry_reruns_serve_held_out_only_when_its_params_change(
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
+) -> None:
+    """The sweep's gate threshold or its prompts are not serve_held_out's (it sets its own): a sweep refused
+    by the gate is retried alone, the ~3 minutes of serving the held-out set kept. `repeats` it copies: a
+    change there must run it again, and a retry that would not is refused with the step to start from."""
+    register_host(settings, "gpu-a")
+    tmp = str(tmp_path)
+    body = held_out_spec(tmp)
+    body["held_out"]["serve"] = True
+    pipeline = client.post("/v1/pipelines", json=body, headers=admin).json()
+    produced = {
+        "generate": ("conversations", f"{tmp}/c.jsonl"),
+        "generate_held_out": ("conversations", f"{tmp}/h.jsonl"),
+        "extract": ("hidden_states", f"{tmp}/hs"),
+        "extract_held_out": ("hidden_states", f"{tmp}/hhs"),
+        "train": ("best_drafter", f"{tmp}/e1"),
+        "fix_keys": ("sglang_checkpoint", f"{tmp}/draft"),
+    }
+    for job in pipeline["jobs"]:
+        step = job["pipeline_step"]
+        run_step(settings, job["id"], ok=step != "benchmark", artifact=produced.get(step))
+    failed = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
+    assert failed["failed_step"] == "benchmark"
+    served_id = next(j["id"] for j in failed["jobs"] if j["pipeline_step"] == "serve_held_out")
+    url = f"/v1/pipelines/{pipeline['id']}/retry"
+
+    copied = client.post(url, json={"params": {"benchmark": {"repeats": 5}}}, headers=admin)
+    assert copied.status_code == 422, copied.text
+    assert "params.benchmark changes serve_held_out" in copied.json()["detail"]
+    assert "set from_step to serve_held_out" in copied.json()["detail"]
+
+    # eval asks the sweep's requests unless it names its own: fewer sweep prompts would change it too
+    asked = client.post(url, json={"params": {"benchmark": {"max_prompts": 4}}}, headers=admin)
+    assert asked.status_code == 422, asked.text
+    assert "params.benchmark changes eval" in asked.json()["detail"]
+
+    gate_only = {"params": {"benchmark": {"speedup_threshold": 1.05}}}
+    retried = client.post(url, json=gate_only, headers=admin)
+    assert retried.status_code == 200, retried.text
+    jobs = {j["pipeline_step"]: j for j in retried.json()["jobs"]}
+    assert jobs["serve_held_out"]["id"] == served_id  # kept, not served again
+    assert jobs["eval"]["id"] == next(j["id"] for j in failed["jobs"] if j["pipeline_step"] == "eval")
+    sweep = jobs["benchmark"]
+    assert (sweep["params"]["speedup_threshold"], sweep["state"]) == (1.05, "queued")

@@ -272,7 +272,7 @@ def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dic
         # launched too, and counting both doubled the total (the first H200 profile, run 9's session).
         if cuda and event.device_type == DeviceType.CPU:
             continue
-        self_us = _self_device_us(event) if cuda else event.self_cpu_time_total
+        self_us = event.self_device_time_total if cuda else event.self_cpu_time_total
         if self_us > 0:
             timed.append((event.key, self_us / steps / 1e3))
     total = sum(ms for _, ms in timed) or 1.0
@@ -290,15 +290,6 @@ def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dic
             for name, ms in top
         ],
     }
-
-
-def _self_device_us(event: Any) -> float:
-    """Self device time of a profiler row (named self_device_time_total since torch 2.4, cuda before)."""
-    for name in ("self_device_time_total", "self_cuda_time_total"):
-        value = getattr(event, name, None)
-        if isinstance(value, int | float):
-            return float(value)
-    return 0.0
 
 
 def run_yardstick(path: Path, batch: int, tokens_per_s: float) -> dict[str, Any]:

@@ -40,14 +40,18 @@ class GeneratedSaver:
         self.saved = True
 
 
+def write_parts(data: bytes, out: Path, name: str) -> list[bytes]:
+    """`data` as OUT/NAME.part0, .part1, … of at most PART_BYTES each (what the device returns); the parts."""
+    parts = [data[start : start + PART_BYTES] for start in range(0, len(data), PART_BYTES)]
+    for index, part in enumerate(parts):
+        (out / f"{name}.part{index}").write_bytes(part)
+    return parts
+
+
 def save(source: Path, out: Path, name: str) -> list[str]:
     """`source` gzipped (no timestamp: the same conversations give the same bytes) to OUT/NAME.gz.partN."""
-    packed = gzip.compress(source.read_bytes(), mtime=0)
-    names = []
-    for index, start in enumerate(range(0, len(packed), PART_BYTES)):
-        names.append(f"{name}.gz.part{index}")
-        (out / names[-1]).write_bytes(packed[start : start + PART_BYTES])
-    return names
+    parts = write_parts(gzip.compress(source.read_bytes(), mtime=0), out, f"{name}.gz")
+    return [f"{name}.gz.part{index}" for index in range(len(parts))]
 
 
 def unpack(carried: Path, work: Path) -> tuple[Path, Path]:

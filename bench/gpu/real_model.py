@@ -49,7 +49,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carried import GeneratedSaver, carried_spec, unpack  # noqa: E402
+from carried import PART_BYTES, GeneratedSaver, carried_spec, unpack, write_parts  # noqa: E402
 from e2e_pipeline import SGLANG_ARGS, follow  # noqa: E402 - the same follow and report as the constructed journey
 
 from cli.pipelines import param_changes  # noqa: E402 - `eyas pipeline retry --set`'s parsing
@@ -275,9 +275,6 @@ def spec_sweep(args: argparse.Namespace) -> None:
     print(f"speculators draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
 
 
-PART_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB, 8 a call
-
-
 def draft_parts(args: argparse.Namespace) -> None:
     """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) back to this side for analysis on
     a CPU (eval of the same drafter on other prompts): its config, the weights in parts of 15 MiB, and a
@@ -288,11 +285,10 @@ def draft_parts(args: argparse.Namespace) -> None:
     fix_keys = next(j for j in _pipeline(_client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys")
     draft = Path(fix_keys["params"]["dest"])
     weights = (draft / "model.safetensors").read_bytes()
-    parts = [weights[start : start + PART_BYTES] for start in range(0, len(weights), PART_BYTES)]
-    if len(parts) > 6:
-        raise SystemExit(f"{len(weights)} bytes make {len(parts)} parts: more than one call returns")
-    for index, part in enumerate(parts):
-        (out / f"model.safetensors.part{index}").write_bytes(part)
+    count = -(-len(weights) // PART_BYTES)
+    if count > 6:
+        raise SystemExit(f"{len(weights)} bytes make {count} parts: more than one call returns")
+    parts = write_parts(weights, out, "model.safetensors")
     (out / "config.json").write_bytes((draft / "config.json").read_bytes())
     manifest = {
         "source": str(draft),

@@ -68,6 +68,25 @@ def finish(settings: Settings, job_id: str, result: dict[str, Any]) -> None:
         )
 
 
+def served_pipeline(
+    client: TestClient, admin: Headers, settings: Settings, tmp: str
+) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+    """A held-out pipeline with `serve`, made through the API on a registered host, and the artifact each step
+    before train reports when run_step finishes it."""
+    register_host(settings, "gpu-a")
+    body = held_out_spec(tmp)
+    body["held_out"]["serve"] = True
+    pipeline = client.post("/v1/pipelines", json=body, headers=admin).json()
+    produced = {
+        "generate": ("conversations", f"{tmp}/c.jsonl"),
+        "generate_held_out": ("conversations", f"{tmp}/h.jsonl"),
+        "extract": ("hidden_states", f"{tmp}/hs"),
+        "extract_held_out": ("hidden_states", f"{tmp}/hhs"),
+        "fix_keys": ("sglang_checkpoint", f"{tmp}/draft"),
+    }
+    return pipeline, produced
+
+
 def test_held_out_adds_a_generate_and_an_extract_step_whose_extraction_train_validates_on(
     client: TestClient, admin: Headers, tmp_path: Any
 ) -> None:
@@ -195,18 +214,8 @@ def test_two_jobs_of_one_kind_pass_artifacts_fail_and_retry_by_step_name(
 def test_the_acceptance_table_takes_the_held_out_estimate(
     client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
 ) -> None:
-    register_host(settings, "gpu-a")
     tmp = str(tmp_path)
-    body = held_out_spec(tmp)
-    body["held_out"]["serve"] = True
-    pipeline = client.post("/v1/pipelines", json=body, headers=admin).json()
-    produced = {
-        "generate": ("conversations", f"{tmp}/c.jsonl"),
-        "generate_held_out": ("conversations", f"{tmp}/h.jsonl"),
-        "extract": ("hidden_states", f"{tmp}/hs"),
-        "extract_held_out": ("hidden_states", f"{tmp}/hhs"),
-        "fix_keys": ("sglang_checkpoint", f"{tmp}/draft"),
-    }
+    pipeline, produced = served_pipeline(client, admin, settings, tmp)
     epoch = {"epoch": 1, "val/est_accept_len_d2": 2.4, "held_out/est_accept_len_d2": 1.8}
     results = {
         "train": {"epochs": [epoch], "best": {"epoch": 1, "checkpoint": "/e1"}, "selected": "/e1"},
@@ -341,19 +350,9 @@ def test_a_retry_reruns_serve_held_out_only_when_its_params_change(
     """The sweep's gate threshold or its prompts are not serve_held_out's (it sets its own): a sweep refused
     by the gate is retried alone, the ~3 minutes of serving the held-out set kept. `repeats` it copies: a
     change there must run it again, and a retry that would not is refused with the step to start from."""
-    register_host(settings, "gpu-a")
     tmp = str(tmp_path)
-    body = held_out_spec(tmp)
-    body["held_out"]["serve"] = True
-    pipeline = client.post("/v1/pipelines", json=body, headers=admin).json()
-    produced = {
-        "generate": ("conversations", f"{tmp}/c.jsonl"),
-        "generate_held_out": ("conversations", f"{tmp}/h.jsonl"),
-        "extract": ("hidden_states", f"{tmp}/hs"),
-        "extract_held_out": ("hidden_states", f"{tmp}/hhs"),
-        "train": ("best_drafter", f"{tmp}/e1"),
-        "fix_keys": ("sglang_checkpoint", f"{tmp}/draft"),
-    }
+    pipeline, produced = served_pipeline(client, admin, settings, tmp)
+    produced["train"] = ("best_drafter", f"{tmp}/e1")
     for job in pipeline["jobs"]:
         step = job["pipeline_step"]
         run_step(settings, job["id"], ok=step != "benchmark", artifact=produced.get(step))

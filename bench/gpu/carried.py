@@ -2,25 +2,37 @@
 
 Generate is the journey's longest and most host-dependent step: 16,000 conversations took 824 s on the
 ninth run's H200 host against ~390 s predicted from the eighth's, and the machine went back (30 s idle)
-before train ended, taking everything under /tmp with it. Its output is small once compressed, so every
-`real_model.py` call that sees generate done copies the training and held-out conversations to OUT
-(gzip, in parts under the device's 16 MiB a file); a later session carries them back and starts its
-pipeline from them (`start --carried DIR`: `data` and `held_out.conversations`, no generate step).
+before train ended, taking everything under /tmp with it. The tenth run's machine went back between two
+calls with generate 96 % done, and nothing was saved. Its output is small once compressed, so every
+`real_model.py` call copies the training and held-out conversations to OUT (gzip, in parts under the
+device's 16 MiB a file): whole once generate is done, and as they stand (`NAME.partial.gz.partN`) when the
+call ends before that. A later call or session carries them back and starts from them (`start --carried
+DIR`): a partial file is first completed by a generate job with the step's own params, resumed (generate
+keeps the records there and makes only the missing ones); then the pipeline has `data` and
+`held_out.conversations`, no generate step.
 """
 
 from __future__ import annotations
 
 import gzip
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+from e2e_pipeline import follow
+
 PART_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB, 8 a call
 TRAINING, HELD_OUT = "conversations.jsonl", "held_out.jsonl"
+STEPS = {"generate": TRAINING, "generate_held_out": HELD_OUT}
+PARTIAL = ".partial"  # NAME.partial.gz.partN: a generate that had not ended when the call did
 
 
 class GeneratedSaver:
     """Copies the pipeline's generated conversations to OUT once both generate steps have succeeded (the
-    device empties OUT before every call, so each call's saver copies them again)."""
+    device empties OUT before every call, so each call's saver copies them again); `final`, at the call's
+    end, saves what a generate step not yet done has written so far."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -29,15 +41,42 @@ class GeneratedSaver:
     def __call__(self, pipeline: dict[str, Any]) -> None:
         if self.saved:
             return
-        outputs = {j["pipeline_step"]: j for j in pipeline["jobs"] if j["kind"] == "generate"}
+        outputs = _generate_jobs(pipeline)
         if not outputs or any(j["state"] != "succeeded" for j in outputs.values()):
             return
-        self.out.mkdir(parents=True, exist_ok=True)
-        for step, name in (("generate", TRAINING), ("generate_held_out", HELD_OUT)):
-            if step in outputs:
-                written = save(Path(outputs[step]["result"]["output"]), self.out, name)
-                print(f"{step}'s conversations to OUT: {', '.join(written)}", flush=True)
+        for step, job in outputs.items():
+            self._save(step, Path(job["result"]["output"]), complete=True)
         self.saved = True
+
+    def final(self, pipeline: dict[str, Any]) -> None:
+        if self.saved:
+            return
+        for step, job in _generate_jobs(pipeline).items():
+            done = job["state"] == "succeeded"
+            output = Path((job["result"] if done else job["params"])["output"])
+            if output.is_file() and output.stat().st_size:
+                self._save(step, output, complete=done)
+
+    def _save(self, step: str, output: Path, *, complete: bool) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        written = save(output, self.out, STEPS[step] + ("" if complete else PARTIAL))
+        state = "" if complete else f" (not done: {_records(output)} records so far)"
+        print(f"{step}'s conversations to OUT{state}: {', '.join(written)}", flush=True)
+
+
+def follow_saving(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadline_s: float) -> None:
+    """e2e_pipeline.follow, saving the generated conversations to OUT: whole when generate is done, as they
+    stand at the end of the call otherwise."""
+    saver = GeneratedSaver(out)
+    saver.final(follow(http, pipeline_id, out, began, deadline_s, on_poll=saver))
+
+
+def _generate_jobs(pipeline: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {j["pipeline_step"]: j for j in pipeline["jobs"] if j["pipeline_step"] in STEPS}
+
+
+def _records(path: Path) -> int:
+    return path.read_bytes().count(b"\n")  # whole lines: a half-written tail is cut when generate resumes
 
 
 def write_parts(data: bytes, out: Path, name: str) -> list[bytes]:
@@ -54,24 +93,127 @@ def save(source: Path, out: Path, name: str) -> list[str]:
     return [f"{name}.gz.part{index}" for index in range(len(parts))]
 
 
-def unpack(carried: Path, work: Path) -> tuple[Path, Path]:
+@dataclass(frozen=True)
+class Carried:
+    """The conversations back in WORK/carried; `complete` is false for a generate the call outlived."""
+
+    training: Path
+    training_complete: bool
+    held_out: Path
+    held_out_complete: bool  # false also when no held-out conversations were carried
+
+
+def unpack(carried: Path, work: Path) -> Carried:
     """The carried conversations, whole again, in WORK/carried (inside the host's allowed root); gzip's
-    checksum refuses a part missing or damaged."""
+    checksum refuses a part missing or damaged. A file already there (an earlier call on this machine, which
+    may still be completing it) is kept as it is."""
     folder = work / "carried"
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
+    found: dict[str, bool] = {}
     for name in (TRAINING, HELD_OUT):
-        parts = sorted(carried.glob(f"{name}.gz.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1]))
-        if not parts:
-            raise SystemExit(f"--carried {carried}: no {name}.gz.part* there")
-        paths.append(folder / name)
-        paths[-1].write_bytes(gzip.decompress(b"".join(p.read_bytes() for p in parts)))
-    return paths[0], paths[1]
+        target = folder / name
+        for suffix, complete in (("", True), (PARTIAL, False)):
+            parts = _parts(carried, name + suffix)
+            if parts and not target.exists():
+                target.write_bytes(gzip.decompress(b"".join(p.read_bytes() for p in parts)))
+            if parts:
+                found[name] = complete
+                break
+    if TRAINING not in found:
+        raise SystemExit(f"--carried {carried}: no {TRAINING}.gz.part* or {TRAINING}{PARTIAL}.gz.part* there")
+    return Carried(folder / TRAINING, found[TRAINING], folder / HELD_OUT, found.get(HELD_OUT, False))
 
 
-def carried_spec(spec: dict[str, Any], training: Path, held_out: Path, answer_tokens: int) -> dict[str, Any]:
-    """The GPU recipe's spec on carried conversations: `data` instead of generate, the held-out set as
-    conversations already answered, served with the budget they were answered with."""
-    carried = {k: v for k, v in spec.items() if k not in ("generate", "held_out")}
-    held = {"conversations": str(held_out), "serve": True, "max_new_tokens": answer_tokens}
-    return carried | {"data": str(training), "held_out": held}
+def _parts(carried: Path, name: str) -> list[Path]:
+    return sorted(carried.glob(f"{name}.gz.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1]))
+
+
+def completion_jobs(spec: dict[str, Any], found: Carried, work: Path) -> list[dict[str, Any]]:
+    """Generate jobs that finish what the carried files lack: each the pipeline step's own params as the
+    template plans them for `spec`, written to the carried file (generate resumes it by default)."""
+    from app.pipelines.schemas import Eagle3PipelineCreate  # the API's own planner: the very step params
+    from app.pipelines.templates import eagle3_plan
+
+    plan = {s.step: s for s in eagle3_plan(Eagle3PipelineCreate(**spec), str(work / "carried_plan"))}
+    wanted = {"generate": (found.training, found.training_complete)}
+    if "generate_held_out" in plan:
+        wanted["generate_held_out"] = (found.held_out, found.held_out_complete)
+    return [
+        {"kind": "generate", "params": plan[step].params | {"output": str(path)}}
+        for step, (path, complete) in wanted.items()
+        if not complete
+    ]
+
+
+def complete_carried(
+    http: httpx.Client, jobs: list[dict[str, Any]], out: Path, began: float, deadline_s: float
+) -> bool:
+    """Runs `jobs` one after the other (one target server at a time), or follows one already running on the
+    same output (an earlier call on this machine). False when the deadline came first: then every output
+    is saved to OUT, whole if its job succeeded and as partial otherwise, for the next call."""
+    done: set[str] = set()
+    for body in jobs:
+        output = body["params"]["output"]
+        job = _running_job(http, output) or _post(http, body)
+        print(f"completing {output} with generate job {job['id']}", flush=True)
+        while job["state"] not in ("succeeded", "failed", "cancelled"):
+            if time.monotonic() - began > deadline_s:
+                _save_at_deadline([Path(j["params"]["output"]) for j in jobs], done, out)
+                return False
+            time.sleep(3)
+            job = http.get(f"/v1/jobs/{job['id']}").json()
+        if job["state"] != "succeeded":
+            raise SystemExit(f"completing {output}: generate {job['state']}: {job.get('message')}")
+        done.add(output)
+        print(f"{output}: {job['result']['output_records']} records", flush=True)
+    return True
+
+
+def _save_at_deadline(outputs: list[Path], done: set[str], out: Path) -> None:
+    for path in outputs:
+        if path.is_file():  # a job not started yet has written nothing (generate makes the file)
+            name = path.name + ("" if str(path) in done else PARTIAL)
+            print(f"deadline: {', '.join(save(path, out, name))} to OUT", flush=True)
+
+
+def _post(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    created = http.post("/v1/jobs", json={"host": "h200", **body})
+    if created.status_code != 201:
+        raise SystemExit(f"generate job for {body['params']['output']} refused: {created.text}")
+    job: dict[str, Any] = created.json()
+    return job
+
+
+def _running_job(http: httpx.Client, output: str) -> dict[str, Any] | None:
+    listed = http.get("/v1/jobs", params={"kind": "generate", "limit": 50}).json()["items"]
+    unfinished = [
+        j for j in listed if j["params"].get("output") == output and j["state"] in ("queued", "running")
+    ]
+    return unfinished[0] if unfinished else None
+
+
+def carried_spec(
+    spec: dict[str, Any], training: Path, held_out: Path | None, answer_tokens: int
+) -> dict[str, Any]:
+    """The GPU recipe's spec on carried conversations: `data` instead of generate, the held-out set (when
+    the recipe has one) as conversations already answered, served with the budget they were answered with."""
+    carried = {k: v for k, v in spec.items() if k not in ("generate", "held_out")} | {"data": str(training)}
+    if held_out is None:
+        return carried
+    return carried | {
+        "held_out": {"conversations": str(held_out), "serve": True, "max_new_tokens": answer_tokens}
+    }
+
+
+def spec_from_carried(
+    http: httpx.Client, spec: dict[str, Any], carried: Path, work: Path, out: Path, began: float,
+    deadline_s: float, answer_tokens: int,
+) -> dict[str, Any] | None:  # fmt: skip
+    """`start --carried`: the carried conversations completed where a call ended before generate did, then
+    the spec on them. None when the deadline came first (the parts in OUT carry what was done so far)."""
+    found = unpack(carried, work)
+    if not complete_carried(http, completion_jobs(spec, found, work), out, began, deadline_s):
+        print("not complete at the deadline: carry OUT's parts and call `start --carried` again", flush=True)
+        return None
+    held_out = found.held_out if "held_out" in spec else None
+    return carried_spec(spec, found.training, held_out, answer_tokens)

@@ -197,9 +197,10 @@ def follow(
     started: float,
     deadline_s: float,
     on_poll: Callable[[dict[str, Any]], None] | None = None,
-) -> None:
+) -> dict[str, Any]:
     """Print each change of the steps' states and progress until the pipeline ends or the deadline, then
-    write the report. `on_poll` sees the pipeline at every poll (real_model.py keeps generate's output)."""
+    write the report; the pipeline as last read. `on_poll` sees it at every poll (real_model.py keeps
+    generate's output)."""
     last = ""
     while time.monotonic() - started < deadline_s:
         pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
@@ -212,7 +213,7 @@ def follow(
         if pipeline["state"] in ("succeeded", "failed", "cancelled"):
             break
         time.sleep(3)
-    report(http, pipeline_id, out)
+    return report(http, pipeline_id, out)
 
 
 def dry_runs(http: httpx.Client, pipeline_spec: dict[str, Any], out: Path) -> None:
@@ -246,8 +247,8 @@ def dry_runs(http: httpx.Client, pipeline_spec: dict[str, Any], out: Path) -> No
     print("dry runs:", json.dumps(results, indent=1), flush=True)
 
 
-def report(http: httpx.Client, pipeline_id: str, out: Path) -> None:
-    pipeline = http.get(f"/v1/pipelines/{pipeline_id}").json()
+def report(http: httpx.Client, pipeline_id: str, out: Path) -> dict[str, Any]:
+    pipeline: dict[str, Any] = http.get(f"/v1/pipelines/{pipeline_id}").json()
     (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
     logs = []
     for job in pipeline["jobs"]:
@@ -261,6 +262,7 @@ def report(http: httpx.Client, pipeline_id: str, out: Path) -> None:
     for job in pipeline["jobs"]:
         if job["kind"] in ("eval", "benchmark", "train"):
             print(f"== {job['kind']} {job['state']}: {json.dumps(job['result'])[:1500]}", flush=True)
+    return pipeline
 
 
 if __name__ == "__main__":

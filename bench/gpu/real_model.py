@@ -13,8 +13,9 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
         [--epochs N] [--lr LR] [--truncated-answers keep|drop] [--held-out N] [--no-eval] [--openers tasks]
         [--train-compile auto|on|off]
         [--configs "3,1,4 5,1,6"] [--repeats N] [--carried DIR]
-        # every call that sees generate done saves its conversations to OUT (carried.py); --carried DIR
-        # starts from such a copy instead of generating
+        # every call saves the generated conversations to OUT (carried.py): whole once generate is done,
+        # as they stand (NAME.partial.gz.partN) when the call ends first; --carried DIR starts from such a
+        # copy instead of generating, completing a partial one first (generate resumed into it)
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
         # pipeline's `held_out` set (train validates on it, and takes its estimate and best epoch from it)
@@ -49,8 +50,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carried import PART_BYTES, GeneratedSaver, carried_spec, unpack, write_parts  # noqa: E402
-from e2e_pipeline import SGLANG_ARGS, follow  # noqa: E402 - the same follow and report as the constructed journey
+from carried import PART_BYTES, follow_saving, spec_from_carried, write_parts  # noqa: E402
+from e2e_pipeline import SGLANG_ARGS  # noqa: E402 - the launch flags of the constructed journey
 
 from cli.pipelines import param_changes  # noqa: E402 - `eyas pipeline retry --set`'s parsing
 from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec  # noqa: E402
@@ -149,13 +150,18 @@ def start(args: argparse.Namespace) -> None:
     )
     if args.train_compile != "auto":
         spec["train"]["compile"] = args.train_compile == "on"
-    if args.carried is not None:  # an earlier session's generate output (carried.py): no generate step
-        spec = carried_spec(spec, *unpack(args.carried, work), answer_tokens=ANSWER_TOKENS)
+    if args.carried is not None:  # an earlier call's generate output (carried.py): no generate step
+        carried = spec_from_carried(
+            http, spec, args.carried, work, out, began, args.deadline_s, answer_tokens=ANSWER_TOKENS
+        )
+        if carried is None:
+            return
+        spec = carried
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
     (work / "pipeline_id").write_text(created.json()["id"])
-    follow(http, created.json()["id"], out, began, args.deadline_s, on_poll=GeneratedSaver(out))
+    follow_saving(http, created.json()["id"], out, began, args.deadline_s)
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -179,7 +185,7 @@ def wait(args: argparse.Namespace) -> None:
             body = {"params": param_changes(args.retry_with or [])}
             print(f"retrying from {pipeline['failed_step']} with {body['params']}", flush=True)
             http.post(f"/v1/pipelines/{pipeline_id}/retry", json=body).raise_for_status()
-    follow(http, pipeline_id, out, began, args.deadline_s, on_poll=GeneratedSaver(out))
+    follow_saving(http, pipeline_id, out, began, args.deadline_s)
 
 
 def direct(args: argparse.Namespace) -> None:

@@ -1,21 +1,26 @@
-"""bench/gpu/carried.py: a GPU run's generated conversations saved to OUT in parts, carried back whole, and a
+"""bench/gpu/carried.py: a GPU run's generated conversations saved to OUT in parts (whole, or as they stand
+when a call ends first), carried back, completed by generate jobs with the pipeline step's own params, and a
 pipeline spec that starts from them (no generate step), as the API validates and plans it."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 
 import carried
 from real_model import pipeline_spec
 
+from app.core.config import Settings
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
+from tests.app.test_jobs_api import job_count, register_host
 
 
 def conversations(path: Path, count: int) -> Path:
@@ -29,15 +34,19 @@ def conversations(path: Path, count: int) -> Path:
 
 
 def pipeline(tmp: Path, generate_state: str, held_out_state: str) -> dict[str, object]:
-    return {
-        "jobs": [
-            {"pipeline_step": "generate", "kind": "generate", "state": generate_state,
-             "result": {"output": str(conversations(tmp / "c.jsonl", 300))}},
-            {"pipeline_step": "generate_held_out", "kind": "generate", "state": held_out_state,
-             "result": {"output": str(conversations(tmp / "h.jsonl", 7))}},
-            {"pipeline_step": "extract", "kind": "extract", "state": "pending", "result": None},
-        ]
-    }  # fmt: skip
+    """The jobs of GET /v1/pipelines/ID as the saver reads them: a result only once succeeded."""
+    jobs = []
+    for step, path, count, state in (("generate", tmp / "c.jsonl", 300, generate_state),
+                                     ("generate_held_out", tmp / "h.jsonl", 7, held_out_state)):  # fmt: skip
+        if state != "pending":  # a pending step has not opened its output yet
+            conversations(path, count)
+        done = {"output": str(path)} if state == "succeeded" else None
+        job = {"pipeline_step": step, "kind": "generate", "state": state, "params": {"output": str(path)}}
+        jobs.append(job | {"result": done})
+    jobs.append(
+        {"pipeline_step": "extract", "kind": "extract", "state": "pending", "params": {}, "result": None}
+    )
+    return {"jobs": jobs}
 
 
 def test_generated_conversations_leave_in_parts_and_come_back_whole(
@@ -53,10 +62,11 @@ def test_generated_conversations_leave_in_parts_and_come_back_whole(
     assert len([p for p in parts if p.startswith("conversations.jsonl.gz.part")]) >= 2
     assert "held_out.jsonl.gz.part0" in parts
     assert all((out / p).stat().st_size <= 4096 for p in parts)
-    training, held_out = carried.unpack(out, tmp_path / "work")
-    assert training.read_bytes() == (tmp_path / "c.jsonl").read_bytes()
-    assert held_out.read_bytes() == (tmp_path / "h.jsonl").read_bytes()
-    assert training.parent == tmp_path / "work" / "carried"  # inside the host's allowed root
+    found = carried.unpack(out, tmp_path / "work")
+    assert found.training.read_bytes() == (tmp_path / "c.jsonl").read_bytes()
+    assert found.held_out.read_bytes() == (tmp_path / "h.jsonl").read_bytes()
+    assert (found.training_complete, found.held_out_complete) == (True, True)
+    assert found.training.parent == tmp_path / "work" / "carried"  # inside the host's allowed root
     (out / "conversations.jsonl.gz.part1").unlink()  # a part left behind: refused, not a short file
     with pytest.raises(Exception, match="CRC|Compressed|end-of-stream|invalid"):
         carried.unpack(out, tmp_path / "again")
@@ -86,3 +96,89 @@ def test_a_carried_spec_is_the_gpu_recipe_on_data_with_answered_held_out_convers
     served = plan["serve_held_out"].params
     assert (served["prompts"], served["max_new_tokens"], served["ignore_eos"]) == (str(held_out), 384, False)
     assert plan["train"].params["held_out_data"] == plan["extract_held_out"].params["output"]
+
+
+def test_a_call_that_ends_before_generate_does_saves_what_it_has_as_partial(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    saver = carried.GeneratedSaver(out)
+    state = pipeline(tmp_path, "running", "pending")
+    saver(state)
+    assert not out.exists()  # a poll saves nothing while generate runs
+    with (tmp_path / "c.jsonl").open("a") as handle:
+        handle.write('{"id": "half-writ')  # a killed writer's tail: generate's resume cuts it
+    saver.final(state)
+    assert sorted(p.name for p in out.iterdir()) == ["conversations.jsonl.partial.gz.part0"]
+    found = carried.unpack(out, tmp_path / "work")
+    assert found.training.read_bytes() == (tmp_path / "c.jsonl").read_bytes()
+    assert (found.training_complete, found.held_out_complete) == (False, False)
+    assert not found.held_out.exists()
+    # A second call on the same machine keeps the file there (a completion job may be appending to it)
+    found.training.write_text("further along\n")
+    again = carried.unpack(out, tmp_path / "work")
+    assert again.training.read_text() == "further along\n"
+
+    finished = carried.GeneratedSaver(tmp_path / "out2")
+    finished.final(pipeline(tmp_path, "succeeded", "running"))
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == [
+        "conversations.jsonl.gz.part0",
+        "held_out.jsonl.partial.gz.part0",
+    ]
+
+
+def carried_work(settings: Settings, name: str) -> tuple[Path, dict[str, object], carried.Carried]:
+    """The GPU recipe's spec in a work folder inside the host's allowed root (one for the session: a folder
+    per test), and a partial training file carried there with no held-out conversations."""
+    work = settings.allowed_roots[0] / name
+    (work / "carried").mkdir(parents=True)
+    spec = pipeline_spec(
+        work,
+        work / "mtbench_eval.jsonl",
+        16000,
+        10,
+        held_out=work / "mtbench_held_out.jsonl",
+        eval_step=False,
+    )
+    training = conversations(work / "carried" / "conversations.jsonl", 5)
+    found = carried.Carried(training, False, work / "carried" / "held_out.jsonl", False)
+    return work, spec, found
+
+
+def test_completion_jobs_are_the_pipelines_own_generate_steps_resumed_into_the_carried_files(
+    settings: Settings,
+) -> None:
+    work, spec, found = carried_work(settings, "carried-plan")
+    jobs = carried.completion_jobs(spec, found, work)
+    plan = {s.step: s.params for s in eagle3_plan(Eagle3PipelineCreate(**spec), str(work / "elsewhere"))}
+    assert [j["params"]["output"] for j in jobs] == [str(found.training), str(found.held_out)]
+    for job, step in zip(jobs, ("generate", "generate_held_out"), strict=True):
+        assert job["kind"] == "generate"
+        assert {k: v for k, v in job["params"].items() if k != "output"} == {
+            k: v for k, v in plan[step].items() if k != "output"
+        }  # the same prompts, count, sampling, engine and holdout as the pipeline would have run
+    assert plan["generate"]["self_prompts"]["count"] == 16000
+    whole = carried.Carried(found.training, True, found.held_out, True)
+    assert carried.completion_jobs(spec, whole, work) == []
+    body = carried.carried_spec(spec, found.training, found.held_out, answer_tokens=384)
+    assert body["held_out"]["conversations"] == str(found.held_out)
+
+
+def test_completion_posts_each_job_once_and_saves_partial_parts_at_the_deadline(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
+    """Against the real API (no worker runs here, so the job stays queued: the deadline path)."""
+    work, spec, found = carried_work(settings, "carried-deadline")
+    register_host(settings, "h200", gpus=1, roots=[str(settings.allowed_roots[0])])
+    client.headers.update(admin)
+    jobs = carried.completion_jobs(spec, found, work)
+    out = work / "out"
+    out.mkdir()
+    late = time.monotonic() - 1000
+    assert carried.complete_carried(client, jobs, out, late, deadline_s=1) is False
+    assert job_count(client, admin) == 1  # the held-out job waits for the training one
+    assert sorted(p.name for p in out.iterdir()) == ["conversations.jsonl.partial.gz.part0"]
+    assert carried.unpack(out, work / "back").training.read_bytes() == found.training.read_bytes()
+    # The next call on the same machine follows the queued job rather than post a second writer
+    assert carried.complete_carried(client, jobs, out, late, deadline_s=1) is False
+    assert job_count(client, admin) == 1
+    queued = client.get("/v1/jobs", params={"kind": "generate"}).json()["items"][0]
+    assert (queued["params"]["resume"], queued["params"]["output"]) == (True, str(found.training))

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 from e2e_pipeline import follow
+from host_probe import CpuSampler
 
 PART_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB, 8 a call
 TRAINING, HELD_OUT = "conversations.jsonl", "held_out.jsonl"
@@ -65,10 +66,15 @@ class GeneratedSaver:
 
 
 def follow_saving(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadline_s: float) -> None:
-    """e2e_pipeline.follow, saving the generated conversations to OUT: whole when generate is done, as they
-    stand at the end of the call otherwise."""
-    saver = GeneratedSaver(out)
-    saver.final(follow(http, pipeline_id, out, began, deadline_s, on_poll=saver))
+    """e2e_pipeline.follow, saving the generated conversations to OUT (whole when generate is done, as they
+    stand at the end of the call otherwise) and printing the host's busiest processes every minute."""
+    saver, sampler = GeneratedSaver(out), CpuSampler()  # the CPU beside a slow generate (host_probe.py)
+
+    def poll(pipeline: dict[str, Any]) -> None:
+        saver(pipeline)
+        sampler(pipeline)
+
+    saver.final(follow(http, pipeline_id, out, began, deadline_s, on_poll=poll))
 
 
 def _generate_jobs(pipeline: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from carried import PART_BYTES, follow_saving, spec_from_carried, write_parts  # noqa: E402
 from e2e_pipeline import SGLANG_ARGS  # noqa: E402 - the launch flags of the constructed journey
+from host_probe import probe  # noqa: E402
 
 from cli.pipelines import param_changes  # noqa: E402 - `eyas pipeline retry --set`'s parsing
 from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec  # noqa: E402
@@ -124,6 +125,7 @@ def start(args: argparse.Namespace) -> None:
     work, out = args.work.resolve(), args.out
     work.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
+    print(f"[host] {json.dumps(probe())}", flush=True)  # runs 8-10 generated 2.6x apart on the same settings
     build_target("smollm2", work / "smollm2", gguf=args.gguf)
     print(f"target built in {time.monotonic() - began:.0f}s", flush=True)
     if not _answers():
@@ -171,6 +173,7 @@ def wait(args: argparse.Namespace) -> None:
     release gate refused would have run again for four minutes."""
     work, out = args.work.resolve(), args.out
     began = time.monotonic()
+    print(f"[host] {json.dumps(probe())}", flush=True)
     restarted = not _answers()
     if restarted:
         print("eyas up did not survive the last command: starting it again", flush=True)

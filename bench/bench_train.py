@@ -33,6 +33,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -255,9 +256,27 @@ KERNEL_KINDS = (
 )
 
 
+def timed_rows(events: Iterable[Any], cuda: bool, steps: int) -> list[tuple[str, float]]:
+    """(name, ms a step) of each profiled row whose time is counted once: kernels on CUDA, ops' self time on
+    a CPU."""
+    from torch.autograd import DeviceType
+
+    timed = []
+    for event in events:
+        # On CUDA only the kernels' own rows: an op's row carries the device time of the kernels it
+        # launched too, and counting both doubled the total (the first H200 profile, run 9's session). A
+        # record_function range has a device row of its own as well (run 10: `Optimizer.step#AdamW.step`,
+        # 3.4 ms a step over the 3.4 ms fused AdamW kernel it spans): not a kernel either.
+        if cuda and (event.device_type == DeviceType.CPU or getattr(event, "is_user_annotation", False)):
+            continue
+        self_us = event.self_device_time_total if cuda else event.self_cpu_time_total
+        if self_us > 0:
+            timed.append((event.key, self_us / steps / 1e3))
+    return timed
+
+
 def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dict[str, Any]:
     """Device time of `steps` steps by kind of kernel and the top kernels, per step (CPU op time on a CPU)."""
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = trainer.device.type == "cuda"
@@ -266,15 +285,7 @@ def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dic
         for i in range(steps):
             trainer.step(batch, start + i)
         _sync(trainer.device)
-    timed = []
-    for event in prof.key_averages():
-        # On CUDA only the kernels' own rows: an op's row carries the device time of the kernels it
-        # launched too, and counting both doubled the total (the first H200 profile, run 9's session).
-        if cuda and event.device_type == DeviceType.CPU:
-            continue
-        self_us = event.self_device_time_total if cuda else event.self_cpu_time_total
-        if self_us > 0:
-            timed.append((event.key, self_us / steps / 1e3))
+    timed = timed_rows(prof.key_averages(), cuda, steps)
     total = sum(ms for _, ms in timed) or 1.0
     kinds: dict[str, float] = {}
     for name, ms in timed:

@@ -55,3 +55,36 @@ def test_a_yardstick_that_fails_is_reported_not_hidden(tmp_path: Path) -> None:
     assert report["returncode"] == 1
     assert "no CUDA here" in report["error"]
     assert "eyas_over_compiled_yardstick" not in report
+
+
+def test_the_cuda_profile_counts_each_kernel_once() -> None:
+    """The rows a CUDA profile gives (built here as torch's own event objects: no GPU on this machine): an
+    op's CPU row, the kernel it launched, and a record_function range's device row over that kernel. Only
+    the kernel is device time of its own (run 10's profile counted `Optimizer.step#AdamW.step` twice)."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
+
+    def row(name: str, device: DeviceType, annotation: bool, device_us: int) -> FunctionEventAvg:
+        event = FunctionEvent(
+            id=0, name=name, thread=0, start_us=0, end_us=device_us, device_type=device,
+            is_user_annotation=annotation,
+        )  # fmt: skip
+        average = FunctionEventAvg()
+        average.add(event)
+        average.self_device_time_total = device_us
+        average.self_cpu_time_total = device_us
+        return average
+
+    spec = importlib.util.spec_from_file_location("eyas_bench_train", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [
+        row("aten::_fused_adamw_", DeviceType.CPU, False, 3400),
+        row("multi_tensor_apply_kernel", DeviceType.CUDA, False, 3400),
+        row("Optimizer.step#AdamW.step", DeviceType.CUDA, True, 3400),
+    ]
+    assert bench.timed_rows(rows, cuda=True, steps=2) == [("multi_tensor_apply_kernel", 1.7)]
+    on_cpu = bench.timed_rows(rows, cuda=False, steps=2)  # the CPU clock: every op's own time
+    assert [name for name, _ in on_cpu] == [r.key for r in rows]

@@ -15,6 +15,8 @@ keeps the records there and makes only the missing ones); then the pipeline has 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +99,26 @@ def save(source: Path, out: Path, name: str) -> list[str]:
     """`source` gzipped (no timestamp: the same conversations give the same bytes) to OUT/NAME.gz.partN."""
     parts = write_parts(gzip.compress(source.read_bytes(), mtime=0), out, f"{name}.gz")
     return [f"{name}.gz.part{index}" for index in range(len(parts))]
+
+
+def save_draft(draft: Path, out: Path) -> None:
+    """A drafter folder's config, its weights in parts, and a manifest with each part's sha256. Reassemble:
+    cat model.safetensors.part* > model.safetensors, then check the manifest's sha256."""
+    out.mkdir(parents=True, exist_ok=True)
+    weights = (draft / "model.safetensors").read_bytes()
+    count = -(-len(weights) // PART_BYTES)
+    if count > 6:  # with config.json and the manifest, the 8 files a call returns
+        raise SystemExit(f"{len(weights)} bytes make {count} parts: more than one call returns")
+    parts = write_parts(weights, out, "model.safetensors")
+    (out / "config.json").write_bytes((draft / "config.json").read_bytes())
+    manifest = {
+        "source": str(draft),
+        "bytes": len(weights),
+        "sha256": hashlib.sha256(weights).hexdigest(),
+        "parts": [hashlib.sha256(part).hexdigest() for part in parts],
+    }
+    (out / "draft_parts.json").write_text(json.dumps(manifest, indent=2))
+    print(f"{len(parts)} parts of {draft}/model.safetensors ({len(weights)} bytes)", flush=True)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -50,7 +49,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carried import PART_BYTES, follow_saving, spec_from_carried, write_parts  # noqa: E402
+from carried import follow_saving, save_draft, spec_from_carried  # noqa: E402
 from e2e_pipeline import SGLANG_ARGS  # noqa: E402 - the launch flags of the constructed journey
 from host_probe import probe  # noqa: E402
 
@@ -286,27 +285,11 @@ def spec_sweep(args: argparse.Namespace) -> None:
 
 def draft_parts(args: argparse.Namespace) -> None:
     """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) back to this side for analysis on
-    a CPU (eval of the same drafter on other prompts): its config, the weights in parts of 15 MiB, and a
-    manifest with each part's sha256. Its own call: a wait's report already uses five of the eight files.
-    Reassemble: cat model.safetensors.part* > model.safetensors, then check the manifest's sha256."""
-    work, out = args.work.resolve(), args.out
-    out.mkdir(parents=True, exist_ok=True)
+    a CPU (eval of the same drafter on other prompts), in parts (carried.save_draft). Its own call: a wait's
+    report already uses five of the eight files."""
+    work = args.work.resolve()
     fix_keys = next(j for j in _pipeline(_client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys")
-    draft = Path(fix_keys["params"]["dest"])
-    weights = (draft / "model.safetensors").read_bytes()
-    count = -(-len(weights) // PART_BYTES)
-    if count > 6:
-        raise SystemExit(f"{len(weights)} bytes make {count} parts: more than one call returns")
-    parts = write_parts(weights, out, "model.safetensors")
-    (out / "config.json").write_bytes((draft / "config.json").read_bytes())
-    manifest = {
-        "source": str(draft),
-        "bytes": len(weights),
-        "sha256": hashlib.sha256(weights).hexdigest(),
-        "parts": [hashlib.sha256(part).hexdigest() for part in parts],
-    }
-    (out / "draft_parts.json").write_text(json.dumps(manifest, indent=2))
-    print(f"{len(parts)} parts of {draft}/model.safetensors ({len(weights)} bytes)", flush=True)
+    save_draft(Path(fix_keys["params"]["dest"]), args.out)
 
 
 def run_sweep_job(

@@ -182,3 +182,28 @@ def test_completion_posts_each_job_once_and_saves_partial_parts_at_the_deadline(
     assert job_count(client, admin) == 1
     queued = client.get("/v1/jobs", params={"kind": "generate"}).json()["items"][0]
     assert (queued["params"]["resume"], queued["params"]["output"]) == (True, str(found.training))
+
+
+def test_a_drafter_leaves_in_parts_with_a_manifest_that_checks_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    monkeypatch.setattr(carried, "PART_BYTES", 1000)
+    draft = tmp_path / "sglang_draft"
+    draft.mkdir()
+    weights = bytes(range(256)) * 20  # 5,120 bytes: 6 parts of at most 1,000
+    (draft / "model.safetensors").write_bytes(weights)
+    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    out = tmp_path / "out"
+    carried.save_draft(draft, out)
+    manifest = json.loads((out / "draft_parts.json").read_text())
+    parts = [out / f"model.safetensors.part{i}" for i in range(len(manifest["parts"]))]
+    assert len(parts) == 6
+    assert b"".join(p.read_bytes() for p in parts) == weights
+    assert manifest["sha256"] == hashlib.sha256(weights).hexdigest()
+    assert manifest["parts"] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in parts]
+    assert (out / "config.json").read_text() == (draft / "config.json").read_text()
+    (draft / "model.safetensors").write_bytes(weights + b"x" * 2000)  # 8 parts: more than a call returns
+    with pytest.raises(SystemExit, match="more than one call returns"):
+        carried.save_draft(draft, tmp_path / "too_many")

@@ -72,7 +72,7 @@ def spec(
     if engine == "sglang":
         graphs = ["--cuda-graph-max-bs", str(graph_max_bs)] if graph_max_bs else []
         launch.update({"mem_fraction_static": 0.5, "extra_args": [*SGLANG_ARGS, *graphs]})
-    body = {
+    body: dict[str, Any] = {
         "template": "eagle3",
         "target": str(work / "target"),
         "data": str(work / "chats.jsonl"),

@@ -242,45 +242,21 @@ SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the tr
 
 
 def speculators(args: argparse.Namespace) -> None:
-    """speculators' trainer beside eyas's on the same extraction (bench/gpu/speculators_side_by_side.py),
-    detached, once the pipeline has ended: a process on the GPU fails the pipeline's gpu_check and the sweep's
-    own GPU gate (run 3, docs/benchmarks.md), and alone on the GPU its tokens/s compare with eyas's. One
-    loader process: with 8 spawned ones, run 3's trainer printed nothing in 6 minutes."""
-    work = args.work.resolve()
-    http = _client(work)
-    began = time.monotonic()
-    while (pipeline := _pipeline(http, work))["state"] not in ("succeeded", "failed", "cancelled"):
-        if time.monotonic() - began > args.deadline_s:
-            raise SystemExit(f"the pipeline has not ended (state {pipeline['state']})")
-        time.sleep(3)
-    train = _train_job(pipeline)["params"]
-    command = [sys.executable, str(ROOT / "bench" / "gpu" / "speculators_side_by_side.py")]
-    command += [train["data"], str(work / "smollm2"), str(work / "spec"), "--work", str(work)]
-    command += ["--sweep-configs", SIDE_BY_SIDE_CONFIGS, "--num-workers", "0"]
-    if not args.spec_compile:  # run 5: alone, its compile had not finished the first graph in 3.7 min; the
-        command += ["--eager"]  # pipeline's train of the same length (1,190 steps) runs eager too
-    for key in TRAIN_SETTINGS:
-        command += [f"--{key.replace('_', '-')}", str(train[key])]
-    print("starting:", " ".join(command), flush=True)
-    _detached(command, work / "spec.log")
+    from side_by_side_phases import start_trainer  # bench/gpu/side_by_side_phases.py imports this module
+
+    start_trainer(args, "speculators")
+
+
+def specforge(args: argparse.Namespace) -> None:
+    from side_by_side_phases import start_trainer
+
+    start_trainer(args, "specforge")
 
 
 def spec_sweep(args: argparse.Namespace) -> None:
-    """speculators' draft (fix-keyed by the side-by-side script) through a chain sweep on real SGLang, as a
-    benchmark job of the same `eyas up`; writes OUT/spec_sweep.json and copies the trainer's record."""
-    work, out = args.work.resolve(), args.out
-    out.mkdir(parents=True, exist_ok=True)
-    record = work / "spec" / "speculators_run.json"
-    began = time.monotonic()
-    while not record.exists():
-        if time.monotonic() - began > args.deadline_s:
-            raise SystemExit("speculators_run.json not written: see WORK/spec.log")
-        time.sleep(3)
-    (out / "speculators_run.json").write_bytes(record.read_bytes())
-    spec = json.loads((work / "spec" / "sweep_job.json").read_text())
-    job = run_sweep_job(_client(work), spec, began, args.deadline_s)
-    (out / "spec_sweep.json").write_text(json.dumps(job, indent=2))
-    print(f"speculators draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
+    from side_by_side_phases import side_sweep
+
+    side_sweep(args)
 
 
 def draft_parts(args: argparse.Namespace) -> None:
@@ -373,6 +349,7 @@ def main() -> None:
     parser.add_argument(
         "--spec-compile", action="store_true", help="speculators: its own torch.compile (default: --eager)"
     )
+    parser.add_argument("--trainer", choices=["speculators", "specforge"], default="speculators")
     parser.add_argument(
         "--train-compile",
         choices=["auto", "on", "off"],
@@ -410,6 +387,7 @@ PHASES = {
     "wait": wait,
     "direct": direct,
     "speculators": speculators,
+    "specforge": specforge,
     "spec-sweep": spec_sweep,
     "recipes": recipes,
     "recipe-sweep": recipe_sweep,

@@ -1,0 +1,94 @@
+"""real_model.py's phases for the reference trainers (issue 15): speculators' or SpecForge's own trainer on
+the pipeline's extraction, with the pipeline's schedule, detached once the pipeline has ended; then its
+draft, fix-keyed, through the same chain sweep on real SGLang as a benchmark job of the same `eyas up`.
+
+    python3 bench/gpu/real_model.py speculators WORK OUT   # or: specforge WORK OUT
+    python3 bench/gpu/real_model.py spec-sweep WORK OUT [--trainer speculators|specforge]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from real_model import (
+    ROOT,
+    SIDE_BY_SIDE_CONFIGS,
+    TRAIN_SETTINGS,
+    _client,
+    _detached,
+    _pipeline,
+    _train_job,
+    run_sweep_job,
+)
+
+# trainer: (folder in WORK, its record, what its script takes of the pipeline's TRAIN_SETTINGS)
+TRAINERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "speculators": ("spec", "speculators_run.json", TRAIN_SETTINGS),
+    "specforge": (
+        "sf",
+        "specforge_run.json",  # SpecForge has no step decay or warmup ratio flag of its own here
+        ("epochs", "ttt_steps", "lr", "batch_size", "max_len", "draft_vocab_size", "val_fraction", "seed"),
+    ),
+}
+
+
+def _ended_train(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline's train params, once the pipeline has ended: a process on the GPU fails the pipeline's
+    gpu_check and the sweep's own GPU gate (run 3, docs/benchmarks.md), and alone on the GPU a reference
+    trainer's tokens/s compare with eyas's."""
+    work = args.work.resolve()
+    http = _client(work)
+    began = time.monotonic()
+    while (pipeline := _pipeline(http, work))["state"] not in ("succeeded", "failed", "cancelled"):
+        if time.monotonic() - began > args.deadline_s:
+            raise SystemExit(f"the pipeline has not ended (state {pipeline['state']})")
+        time.sleep(3)
+    train: dict[str, Any] = _train_job(pipeline)["params"]
+    return train
+
+
+def start_trainer(args: argparse.Namespace, trainer: str) -> None:
+    """The trainer's side-by-side script on the pipeline's extraction, detached (log: WORK/<folder>.log)."""
+    work = args.work.resolve()
+    command = trainer_command(trainer, _ended_train(args), work, eager=not args.spec_compile)
+    print("starting:", " ".join(command), flush=True)
+    _detached(command, work / f"{TRAINERS[trainer][0]}.log")
+
+
+def trainer_command(trainer: str, train: dict[str, Any], work: Path, *, eager: bool) -> list[str]:
+    folder, _, settings = TRAINERS[trainer]
+    script = ROOT / "bench" / "gpu" / f"{trainer}_side_by_side.py"
+    command = [sys.executable, str(script), train["data"], str(work / "smollm2"), str(work / folder)]
+    command += ["--work", str(work), "--sweep-configs", SIDE_BY_SIDE_CONFIGS]
+    if trainer == "speculators":
+        command += ["--num-workers", "0"]  # with 8 spawned loaders run 3's trainer printed nothing in 6 min
+        if eager:  # run 5: alone, its compile had not finished the first graph in 3.7 min
+            command += ["--eager"]
+    for key in settings:
+        command += [f"--{key.replace('_', '-')}", str(train[key])]
+    return command
+
+
+def side_sweep(args: argparse.Namespace) -> None:
+    """The trainer's draft through the sweep; OUT/<trainer>_sweep.json and a copy of the trainer's record."""
+    work, out = args.work.resolve(), args.out
+    out.mkdir(parents=True, exist_ok=True)
+    folder, record_name, _ = TRAINERS[args.trainer]
+    record = work / folder / record_name
+    began = time.monotonic()
+    while not record.exists():
+        if time.monotonic() - began > args.deadline_s:
+            raise SystemExit(f"{record_name} not written: see WORK/{folder}.log")
+        time.sleep(3)
+    (out / record_name).write_bytes(record.read_bytes())
+    job_file = work / folder / "sweep_job.json"
+    if not job_file.exists():
+        raise SystemExit(f"{args.trainer} wrote no draft to sweep: see {record} and WORK/{folder}.log")
+    job = run_sweep_job(_client(work), json.loads(job_file.read_text()), began, args.deadline_s)
+    (out / f"{args.trainer}_sweep.json").write_text(json.dumps(job, indent=2))
+    print(f"{args.trainer} draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)

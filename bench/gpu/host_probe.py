@@ -5,7 +5,8 @@ the request queue full each time. On a 135M target SGLang's scheduler is a Pytho
 small decode step after another, so a host whose cores run slower, or whose virtual CPUs are taken by its
 neighbours (`steal`), decodes slower with the same GPU. Nothing measured that yet. `probe` times a fixed
 pure-Python loop (one core's speed, as a scheduler sees it) and reads the CPU time split; `CpuSampler`, a
-`follow` hook, prints every `every_s` the busiest processes (SGLang names its own: `sglang::scheduler`, …)
+`follow` hook, prints every `every_s` the busiest processes as NAME:PID (SGLang names its own:
+`sglang::scheduler`, …)
 and the host's user/system/steal/idle split since the last sample.
 """
 
@@ -61,16 +62,16 @@ class CpuSampler:
         busiest = sorted(self._sample(), reverse=True)[: self.top]
         split = psutil.cpu_times_percent()
         host = " ".join(f"{k} {getattr(split, k):.0f}%" for k in ("user", "system", "steal", "idle"))
-        procs = ", ".join(f"{name} {pct:.0f}%" for pct, name in busiest)
+        procs = ", ".join(f"{name}:{pid} {pct:.0f}%" for pct, name, pid in busiest)
         print(f"[cpu] {host} | {procs}", flush=True)
 
-    def _sample(self) -> list[tuple[float, str]]:
-        """(percent of one core since the last sample, name) of every process still there."""
-        seen: list[tuple[float, str]] = []
+    def _sample(self) -> list[tuple[float, str, int]]:
+        """(percent of one core since the last sample, name, pid) of every process still there."""
+        seen: list[tuple[float, str, int]] = []
         for proc in psutil.process_iter(["pid", "name"]):
             known = self.processes.setdefault(proc.pid, proc)
             try:
-                seen.append((known.cpu_percent(), known.name()))
+                seen.append((known.cpu_percent(), known.name(), proc.pid))
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 self.processes.pop(proc.pid, None)
         return seen

@@ -40,7 +40,8 @@ def test_the_sampler_names_a_process_that_burns_a_core(capsys: pytest.CaptureFix
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("[cpu] user ")
     assert "steal" in line
-    procs = line.split("|", 1)[1]
-    busiest_name, busiest_pct = procs.split(",")[0].strip().rsplit(" ", 1)
-    assert busiest_name.startswith("python")
-    assert float(busiest_pct.rstrip("%")) > 50
+    listed = dict(entry.strip().rsplit(" ", 1) for entry in line.split("|", 1)[1].split(","))
+    # the child by its pid among the busiest (on a loaded machine another process may burn more)
+    burning = {name: pct for name, pct in listed.items() if name.endswith(f":{child.pid}")}
+    assert burning, line
+    assert float(next(iter(burning.values())).rstrip("%")) > 50

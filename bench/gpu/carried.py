@@ -62,9 +62,7 @@ class GeneratedSaver:
 
     def _save(self, step: str, output: Path, *, complete: bool) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        written = save(output, self.out, STEPS[step] + ("" if complete else PARTIAL))
-        state = "" if complete else f" (not done: {_records(output)} records so far)"
-        print(f"{step}'s conversations to OUT{state}: {', '.join(written)}", flush=True)
+        save(output, self.out, STEPS[step], complete=complete)
 
 
 def follow_saving(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadline_s: float) -> None:
@@ -83,10 +81,6 @@ def _generate_jobs(pipeline: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {j["pipeline_step"]: j for j in pipeline["jobs"] if j["pipeline_step"] in STEPS}
 
 
-def _records(path: Path) -> int:
-    return path.read_bytes().count(b"\n")  # whole lines: a half-written tail is cut when generate resumes
-
-
 def write_parts(data: bytes, out: Path, name: str) -> list[bytes]:
     """`data` as OUT/NAME.part0, .part1, … of at most PART_BYTES each (what the device returns); the parts."""
     parts = [data[start : start + PART_BYTES] for start in range(0, len(data), PART_BYTES)]
@@ -95,10 +89,15 @@ def write_parts(data: bytes, out: Path, name: str) -> list[bytes]:
     return parts
 
 
-def save(source: Path, out: Path, name: str) -> list[str]:
-    """`source` gzipped (no timestamp: the same conversations give the same bytes) to OUT/NAME.gz.partN."""
-    parts = write_parts(gzip.compress(source.read_bytes(), mtime=0), out, f"{name}.gz")
-    return [f"{name}.gz.part{index}" for index in range(len(parts))]
+def save(source: Path, out: Path, name: str, *, complete: bool) -> None:
+    """`source` gzipped (no timestamp: the same conversations give the same bytes) to OUT/NAME.gz.partN, or
+    OUT/NAME.partial.gz.partN while its generate has not ended."""
+    data = source.read_bytes()
+    name += "" if complete else PARTIAL
+    parts = write_parts(gzip.compress(data, mtime=0), out, f"{name}.gz")
+    records = data.count(b"\n")  # whole lines: a half-written tail is cut when generate resumes
+    state = "" if complete else f" (not done: {records} records so far)"
+    print(f"{source} to OUT{state}: {name}.gz.part0..{len(parts) - 1}", flush=True)
 
 
 def save_draft(draft: Path, out: Path) -> None:
@@ -200,8 +199,7 @@ def complete_carried(
 def _save_at_deadline(outputs: list[Path], done: set[str], out: Path) -> None:
     for path in outputs:
         if path.is_file():  # a job not started yet has written nothing (generate makes the file)
-            name = path.name + ("" if str(path) in done else PARTIAL)
-            print(f"deadline: {', '.join(save(path, out, name))} to OUT", flush=True)
+            save(path, out, path.name, complete=str(path) in done)
 
 
 def _post(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:

@@ -68,10 +68,13 @@ class CpuSampler:
     def _sample(self) -> list[tuple[float, str, int]]:
         """(percent of one core since the last sample, name, pid) of every process still there."""
         seen: list[tuple[float, str, int]] = []
+        alive: dict[int, psutil.Process] = {}  # ended processes drop out: the map holds this sample's only
         for proc in psutil.process_iter(["pid", "name"]):
-            known = self.processes.setdefault(proc.pid, proc)
+            known = self.processes.get(proc.pid, proc)
             try:
                 seen.append((known.cpu_percent(), known.name(), proc.pid))
             except (psutil.NoSuchProcess, psutil.AccessDenied):
-                self.processes.pop(proc.pid, None)
+                continue
+            alive[proc.pid] = known
+        self.processes = alive
         return seen

@@ -51,7 +51,7 @@ from speculators_side_by_side import fix_keys, sweep_job  # noqa: E402 - bench/g
 from drafting.ml._config import drafter_config, text_config  # noqa: E402
 from drafting.ml._dataset import read_token_freq  # noqa: E402
 from drafting.ml.hidden_store import read_manifest  # noqa: E402
-from drafting.ml.target_head import _weight_files, load_target_head  # noqa: E402
+from drafting.ml.target_head import read_final_norm, weight_files, weight_names  # noqa: E402
 from drafting.ml.train_data import HiddenStateDataset, open_extraction, split_indices  # noqa: E402
 from drafting.ml.vocab import d2t_offsets, draft_token_ids  # noqa: E402
 
@@ -76,7 +76,7 @@ def convert(
     """eyas's samples as SpecForge's `.ckpt` files: training rows under OUT/train, eyas's validation rows
     under OUT/val, in `dtype` (the trainer's: its lm_head is bfloat16 and does not cast its input)."""
     config = json.loads((target / "config.json").read_text())
-    head = load_target_head(target, config)
+    norm_weight, eps = read_final_norm(target, config)  # the norm alone: no 2 GB embedding for an 8B target
     dataset = HiddenStateDataset(open_extraction(extraction, config), max_len=1 << 30)
     train, val = split_indices(len(dataset), val_fraction, seed)
     tokens = {"train": 0, "val": 0}
@@ -88,7 +88,7 @@ def convert(
             record = {
                 "input_ids": sample["input_ids"].long(),
                 "loss_mask": sample["loss_mask"].long(),
-                "hidden_state": final_norm(states[:, 3], head.norm_weight, head.eps).to(dtype)[None],
+                "hidden_state": final_norm(states[:, 3], norm_weight, eps).to(dtype)[None],
                 "aux_hidden_state": states[:, :3].reshape(seq, 3 * hidden).to(dtype)[None],
             }
             group = number // GROUP * GROUP
@@ -105,16 +105,16 @@ def convert(
 
 def target_view(target: Path, view: Path) -> str:
     """The target through links, with an index naming each tensor's file (SpecForge reads the lm_head by
-    it); the tensor SpecForge should read as the lm_head."""
-    files = _weight_files(target)
+    it); the tensor eyas's trainer reads as the lm_head (a tied target's embedding), for SpecForge's too."""
+    files = weight_files(target)
     view.mkdir(parents=True, exist_ok=True)
     for path in target.iterdir():
         if not path.name.endswith(".index.json") and not (view / path.name).exists():
             (view / path.name).symlink_to(path.resolve())
     index = {"metadata": {}, "weight_map": {name: file.name for name, file in files.items()}}
     (view / "model.safetensors.index.json").write_text(json.dumps(index))
-    tied = next((n for n in ("model.embed_tokens.weight", "embed_tokens.weight") if n in files), None)
-    return "lm_head.weight" if "lm_head.weight" in files or tied is None else tied
+    config = json.loads((target / "config.json").read_text())
+    return weight_names(files, config)["lm_head"]
 
 
 def vocab_mapping(extraction: Path, target_config: dict[str, Any], draft_vocab: int, path: Path) -> None:

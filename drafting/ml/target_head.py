@@ -63,7 +63,7 @@ class TargetHead:
         return torch.cat(probs).view(*shape, -1), torch.cat(argmax).view(shape)
 
 
-def _weight_files(folder: Path) -> dict[str, Path]:
+def weight_files(folder: Path) -> dict[str, Path]:
     """tensor name -> file holding it."""
     index = folder / "model.safetensors.index.json"
     if os.path.lexists(index):
@@ -83,25 +83,47 @@ def _weight_files(folder: Path) -> dict[str, Path]:
         return dict.fromkeys(handle.keys(), single)
 
 
-def _read(files: dict[str, Path], names: tuple[str, ...], what: str) -> torch.Tensor:
-    for name in names:
-        if name in files:
-            check_regular(files[name], Cap.WEIGHTS, "weight file")
-            with safe_open(str(files[name]), framework="pt") as handle:
-                tensor: torch.Tensor = handle.get_tensor(name)
-                return tensor
-    raise TargetWeightsError(f"the target has no {what} tensor (looked for {', '.join(names)})")
+def _present(files: dict[str, Path], names: tuple[str, ...], what: str) -> str:
+    name = next((n for n in names if n in files), None)
+    if name is None:
+        raise TargetWeightsError(f"the target has no {what} tensor (looked for {', '.join(names)})")
+    return name
+
+
+def _read(files: dict[str, Path], name: str) -> torch.Tensor:
+    check_regular(files[name], Cap.WEIGHTS, "weight file")
+    with safe_open(str(files[name]), framework="pt") as handle:
+        tensor: torch.Tensor = handle.get_tensor(name)
+        return tensor
+
+
+def weight_names(files: dict[str, Path], target_config: dict[str, Any]) -> dict[str, str]:
+    """The tensor names the trainer reads as `embed`, `norm` and `lm_head` (`files`: weight_files'); a tied
+    target's lm_head is its input embedding."""
+    text = text_config(target_config)
+    embed = _present(files, _EMBED_NAMES, "input embedding")
+    tied = bool(text.get("tie_word_embeddings", False)) and not any(n in files for n in _HEAD_NAMES)
+    return {
+        "embed": embed,
+        "norm": _present(files, _NORM_NAMES, "final norm"),
+        "lm_head": embed if tied else _present(files, _HEAD_NAMES, "lm_head"),
+    }
+
+
+def read_final_norm(folder: Path, target_config: dict[str, Any]) -> tuple[torch.Tensor, float]:
+    """The final norm's weight and eps alone (no embedding or lm_head read)."""
+    files = weight_files(Path(folder))
+    norm = _read(files, _present(files, _NORM_NAMES, "final norm"))
+    return norm, float(text_config(target_config).get("rms_norm_eps", 1e-6))
 
 
 def load_target_head(folder: Path, target_config: dict[str, Any]) -> TargetHead:
     text = text_config(target_config)
-    files = _weight_files(Path(folder))
-    embed = _read(files, _EMBED_NAMES, "input embedding")
-    tied = bool(text.get("tie_word_embeddings", False)) and not any(n in files for n in _HEAD_NAMES)
-    lm_head = embed if tied else _read(files, _HEAD_NAMES, "lm_head")
-    head = TargetHead(
-        embed, _read(files, _NORM_NAMES, "final norm"), lm_head, float(text.get("rms_norm_eps", 1e-6))
-    )
+    files = weight_files(Path(folder))
+    names = weight_names(files, target_config)
+    embed = _read(files, names["embed"])
+    lm_head = embed if names["lm_head"] == names["embed"] else _read(files, names["lm_head"])
+    head = TargetHead(embed, _read(files, names["norm"]), lm_head, float(text.get("rms_norm_eps", 1e-6)))
     expected = (int(text["vocab_size"]), int(text["hidden_size"]))
     for name, tensor in (("embed", head.embed), ("lm_head", head.lm_head)):
         if tuple(tensor.shape) != expected:

@@ -9,7 +9,8 @@ between the sets into the questions and the decoding past the end of turn.
     python3 bench/real_draft_eval.py DRAFT_DIR OUT.json [--work DIR] [--held-out 72]
         [--sets eval-eos,eval,held-out] [--depths 3,5,7] [--dtype float32|bfloat16]
 
-DRAFT_DIR is the reassembled SGLang draft folder (config.json + model.safetensors). float32 by default: where
+DRAFT_DIR is the SGLang draft folder (config.json + model.safetensors), made whole from the parts by
+`bench/gpu/carried.py`'s `unpack_draft(PARTS_DIR, DRAFT_DIR)`, which checks them. float32 by default: where
 the decode meets a near-tie, its text can part from SGLang's bf16 text (docs/benchmarks.md); --dtype bfloat16
 computes as SGLang does.
 """

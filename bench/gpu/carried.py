@@ -23,10 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from e2e_pipeline import follow
+from e2e_pipeline import follow, job_logs
 from host_probe import CpuSampler
 
 PART_BYTES = 15 * 2**20  # the device returns files of at most 16 MiB, 8 a call
+OUT_FILES = 8
+REPORT_FILES = 4  # pipeline.json, job_logs.txt, serving.json, and eyas_up.log in the call that started it
+# SmolLM2's 47 MB draft in 3 files rather than 4, so a call that ends after train returns it with its report
+DRAFT_PART_BYTES = 16 * 2**20 - 2**16
+DRAFT_WEIGHTS, DRAFT_MANIFEST = "model.safetensors", "draft_parts.json"
 TRAINING, HELD_OUT = "conversations.jsonl", "held_out.jsonl"
 STEPS = {"generate": TRAINING, "generate_held_out": HELD_OUT}
 PARTIAL = ".partial"  # NAME.partial.gz.partN: a generate that had not ended when the call did
@@ -67,23 +72,27 @@ class GeneratedSaver:
 
 def follow_saving(http: httpx.Client, pipeline_id: str, out: Path, began: float, deadline_s: float) -> None:
     """e2e_pipeline.follow, saving the generated conversations to OUT (whole when generate is done, as they
-    stand at the end of the call otherwise) and printing the host's busiest processes every minute."""
+    stand at the end of the call otherwise), and the draft when the call ends between fix_keys and the
+    pipeline's end; printing the host's busiest processes every minute."""
     saver, sampler = GeneratedSaver(out), CpuSampler()  # the CPU beside a slow generate (host_probe.py)
 
     def poll(pipeline: dict[str, Any]) -> None:
         saver(pipeline)
         sampler(pipeline)
 
-    saver.final(follow(http, pipeline_id, out, began, deadline_s, on_poll=poll))
+    pipeline = follow(http, pipeline_id, out, began, deadline_s, on_poll=poll)
+    saver.final(pipeline)
+    keep_draft(pipeline, out)
 
 
 def _generate_jobs(pipeline: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {j["pipeline_step"]: j for j in pipeline["jobs"] if j["pipeline_step"] in STEPS}
 
 
-def write_parts(data: bytes, out: Path, name: str) -> list[bytes]:
-    """`data` as OUT/NAME.part0, .part1, … of at most PART_BYTES each (what the device returns); the parts."""
-    parts = [data[start : start + PART_BYTES] for start in range(0, len(data), PART_BYTES)]
+def write_parts(data: bytes, out: Path, name: str, size: int | None = None) -> list[bytes]:
+    """`data` as OUT/NAME.part0, .part1, … of at most `size` (PART_BYTES) each; the parts."""
+    size = size or PART_BYTES
+    parts = [data[start : start + size] for start in range(0, len(data), size)]
     for index, part in enumerate(parts):
         (out / f"{name}.part{index}").write_bytes(part)
     return parts
@@ -101,23 +110,62 @@ def save(source: Path, out: Path, name: str, *, complete: bool) -> None:
 
 
 def save_draft(draft: Path, out: Path) -> None:
-    """A drafter folder's config, its weights in parts, and a manifest with each part's sha256. Reassemble:
-    cat model.safetensors.part* > model.safetensors, then check the manifest's sha256."""
+    """A drafter folder's weights in parts and a manifest (its config, the sha256 of the whole and of each
+    part) that `unpack_draft` checks them against."""
     out.mkdir(parents=True, exist_ok=True)
-    weights = (draft / "model.safetensors").read_bytes()
-    count = -(-len(weights) // PART_BYTES)
-    if count > 6:  # with config.json and the manifest, the 8 files a call returns
+    weights = (draft / DRAFT_WEIGHTS).read_bytes()
+    count = -(-len(weights) // DRAFT_PART_BYTES)
+    if count > OUT_FILES - REPORT_FILES - 1:  # beside the manifest and the report's files
         raise SystemExit(f"{len(weights)} bytes make {count} parts: more than one call returns")
-    parts = write_parts(weights, out, "model.safetensors")
-    (out / "config.json").write_bytes((draft / "config.json").read_bytes())
+    parts = write_parts(weights, out, DRAFT_WEIGHTS, DRAFT_PART_BYTES)
     manifest = {
         "source": str(draft),
         "bytes": len(weights),
         "sha256": hashlib.sha256(weights).hexdigest(),
         "parts": [hashlib.sha256(part).hexdigest() for part in parts],
+        "config": json.loads((draft / "config.json").read_text()),
     }
-    (out / "draft_parts.json").write_text(json.dumps(manifest, indent=2))
-    print(f"{len(parts)} parts of {draft}/model.safetensors ({len(weights)} bytes)", flush=True)
+    (out / DRAFT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+    print(f"{len(parts)} parts of {draft}/{DRAFT_WEIGHTS} ({len(weights)} bytes)", flush=True)
+
+
+def unpack_draft(carried: Path, dest: Path) -> Path | None:
+    """The draft `save_draft` wrote to CARRIED, whole again in DEST (config.json, model.safetensors), every
+    part and the whole checked against the manifest; None when CARRIED holds no draft."""
+    if not (carried / DRAFT_MANIFEST).is_file():
+        return None
+    manifest = json.loads((carried / DRAFT_MANIFEST).read_text())
+    parts = [carried / f"{DRAFT_WEIGHTS}.part{i}" for i in range(len(manifest["parts"]))]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise SystemExit(f"--carried {carried}: the draft lacks {', '.join(missing)}")
+    data = [p.read_bytes() for p in parts]
+    damaged = [p.name for p, d, s in zip(parts, data, manifest["parts"], strict=True) if _sha(d) != s]
+    weights = b"".join(data)
+    if damaged or _sha(weights) != manifest["sha256"]:
+        raise SystemExit(f"--carried {carried}: draft parts do not match the manifest: {damaged or 'whole'}")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / DRAFT_WEIGHTS).write_bytes(weights)
+    (dest / "config.json").write_text(json.dumps(manifest["config"], indent=2))
+    return dest
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def keep_draft(pipeline: dict[str, Any], out: Path) -> None:
+    """At a call's end: the SGLang draft to OUT once fix_keys has made it and serving has not finished, so
+    a new machine can serve it (`start --carried`) rather than generate, extract and train again."""
+    fix_keys = next((j for j in pipeline["jobs"] if j["pipeline_step"] == "fix_keys"), None)
+    if pipeline["state"] == "succeeded" or fix_keys is None or fix_keys["state"] != "succeeded":
+        return
+    save_draft(Path(fix_keys["result"]["dest"]), out)
+    count = sum(1 for p in out.rglob("*") if p.is_file())
+    if count > OUT_FILES:
+        print(
+            f"OUT holds {count} files and the device returns {OUT_FILES}: some will not come back", flush=True
+        )
 
 
 @dataclass(frozen=True)
@@ -183,17 +231,60 @@ def complete_carried(
         output = body["params"]["output"]
         job = _running_job(http, output) or _post(http, body)
         print(f"completing {output} with generate job {job['id']}", flush=True)
-        while job["state"] not in ("succeeded", "failed", "cancelled"):
-            if time.monotonic() - began > deadline_s:
-                _save_at_deadline([Path(j["params"]["output"]) for j in jobs], done, out)
-                return False
-            time.sleep(3)
-            job = http.get(f"/v1/jobs/{job['id']}").json()
-        if job["state"] != "succeeded":
-            raise SystemExit(f"completing {output}: generate {job['state']}: {job.get('message')}")
+        ended = _wait(http, job, began, deadline_s)
+        if ended is None:
+            _save_at_deadline([Path(j["params"]["output"]) for j in jobs], done, out)
+            return False
+        if ended["state"] != "succeeded":
+            raise SystemExit(f"completing {output}: generate {ended['state']}: {ended.get('message')}")
         done.add(output)
-        print(f"{output}: {job['result']['output_records']} records", flush=True)
+        print(f"{output}: {ended['result']['output_records']} records", flush=True)
     return True
+
+
+def serve_jobs(spec: dict[str, Any], draft: Path, work: Path) -> dict[str, dict[str, Any]]:
+    """The pipeline's serving steps (serve_held_out, benchmark) as benchmark jobs with the params the API's
+    template plans for `spec`, serving DRAFT: what the pipeline would have run after fix_keys."""
+    from app.pipelines.schemas import Eagle3PipelineCreate
+    from app.pipelines.templates import eagle3_plan
+
+    plan = {s.step: s for s in eagle3_plan(Eagle3PipelineCreate(**spec), str(work / "carried_plan"))}
+    jobs = {}
+    for step in ("serve_held_out", "benchmark"):
+        if step in plan:
+            params = json.loads(json.dumps(plan[step].params))  # a copy: the plan's launch is shared
+            params["launch"]["draft"] = str(draft)
+            jobs[step] = {"kind": "benchmark", "params": params}
+    return jobs
+
+
+def serve_carried(
+    http: httpx.Client, jobs: dict[str, dict[str, Any]], out: Path, began: float, deadline_s: float
+) -> list[dict[str, Any]]:
+    """Runs the serving jobs one after the other (each holds the GPU) until they end or the deadline, and
+    writes them as the API reads them to OUT/served.json and their logs to OUT/job_logs.txt."""
+    ended: list[dict[str, Any]] = []
+    for step, body in jobs.items():
+        job = _wait(http, _post(http, body), began, deadline_s)
+        if job is None:
+            print(f"{step}: the deadline came first", flush=True)
+            break
+        ended.append(job | {"pipeline_step": step})
+        print(f"== {step} {job['state']}: {json.dumps(job['result'])[:1500]}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "served.json").write_text(json.dumps(ended, indent=2))
+    (out / "job_logs.txt").write_text(job_logs(http, ended))
+    return ended
+
+
+def _wait(http: httpx.Client, job: dict[str, Any], began: float, deadline_s: float) -> dict[str, Any] | None:
+    """The job as the API reads it once it has ended; None when the deadline comes first."""
+    while job["state"] not in ("succeeded", "failed", "cancelled"):
+        if time.monotonic() - began > deadline_s:
+            return None
+        time.sleep(3)
+        job = http.get(f"/v1/jobs/{job['id']}").json()
+    return job
 
 
 def _save_at_deadline(outputs: list[Path], done: set[str], out: Path) -> None:
@@ -205,7 +296,7 @@ def _save_at_deadline(outputs: list[Path], done: set[str], out: Path) -> None:
 def _post(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     created = http.post("/v1/jobs", json={"host": "h200", **body})
     if created.status_code != 201:
-        raise SystemExit(f"generate job for {body['params']['output']} refused: {created.text}")
+        raise SystemExit(f"{body['kind']} job refused: {created.text}")
     job: dict[str, Any] = created.json()
     return job
 

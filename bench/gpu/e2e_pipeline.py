@@ -254,18 +254,23 @@ def dry_runs(http: httpx.Client, pipeline_spec: dict[str, Any], out: Path) -> No
     print("dry runs:", json.dumps(results, indent=1), flush=True)
 
 
-def report(http: httpx.Client, pipeline_id: str, out: Path) -> dict[str, Any]:
-    pipeline: dict[str, Any] = http.get(f"/v1/pipelines/{pipeline_id}").json()
-    (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
+def job_logs(http: httpx.Client, jobs: list[dict[str, Any]]) -> str:
+    """Each job's state and the last 60 lines of its log."""
     logs = []
-    for job in pipeline["jobs"]:
+    for job in jobs:
         tail = http.get(f"/v1/jobs/{job['id']}/logs", params={"tail": 60, "format": "text"}).text
         logs.append(
             f"===== {job['kind']} {job['state']} {job['termination_reason']} {job['message']}\n{tail}"
         )
-    (out / "job_logs.txt").write_text("\n".join(logs))
-    (out / "benchmarks.json").write_text(json.dumps(http.get("/v1/benchmarks").json(), indent=2))
-    (out / "servers.json").write_text(json.dumps(http.get("/v1/servers").json(), indent=2))
+    return "\n".join(logs)
+
+
+def report(http: httpx.Client, pipeline_id: str, out: Path) -> dict[str, Any]:
+    pipeline: dict[str, Any] = http.get(f"/v1/pipelines/{pipeline_id}").json()
+    (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
+    (out / "job_logs.txt").write_text(job_logs(http, pipeline["jobs"]))
+    serving = {"benchmarks": http.get("/v1/benchmarks").json(), "servers": http.get("/v1/servers").json()}
+    (out / "serving.json").write_text(json.dumps(serving, indent=2))  # one file: a call returns 8
     for job in pipeline["jobs"]:
         if job["kind"] in ("eval", "benchmark", "train"):
             print(f"== {job['kind']} {job['state']}: {json.dumps(job['result'])[:1500]}", flush=True)

@@ -4,24 +4,24 @@ train → fix_keys → gpu_check → [eval on MT-Bench →] serve_held_out, SGLa
 sweep of chain and tree configurations with real SGLang, CUDA graphs on, baseline and speculative rounds
 interleaved).
 
-The device tool allows 10 minutes a command, so the run is split: `start` builds the target, starts
-`eyas up` detached and posts the pipeline; `wait` (a later command on the same warm machine) waits for it,
-and when the first command's processes did not survive, starts `eyas up` again and retries the pipeline from
-its failed step (succeeded steps are reused: the product's own retry). Both write the API report.
+The device allows 10 minutes a command: `start` builds the target, starts `eyas up` detached and posts the
+pipeline; `wait` (a later command on the same machine) follows it, and when `eyas up` did not survive,
+starts it again and retries the pipeline from its failed step (the product's own retry). Both report.
 
     python3 bench/gpu/real_model.py start WORK OUT --gguf FILE --mtbench FILE [--conversations N]
         [--epochs N] [--lr LR] [--truncated-answers keep|drop] [--held-out N] [--no-eval] [--openers tasks]
         [--train-compile auto|on|off]
         [--configs "3,1,4 5,1,6"] [--repeats N] [--carried DIR]
         # every call saves the generated conversations to OUT (carried.py): whole once generate is done,
-        # as they stand (NAME.partial.gz.partN) when the call ends first; --carried DIR starts from such a
-        # copy instead of generating, completing a partial one first (generate resumed into it)
+        # as they stand (NAME.partial.gz.partN) when the call ends first, and the draft when it ends
+        # between fix_keys and the pipeline's end; --carried DIR starts from such a copy instead of
+        # generating (a partial one completed first, generate resumed into it), or with a draft there,
+        # serves it alone (serve_held_out and the sweep as the pipeline plans them; OUT/served.json)
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
         # pipeline's `held_out` set (train validates on it, and takes its estimate and best epoch from it)
     python3 bench/gpu/real_model.py wait WORK OUT [--deadline-s 540] [--retry-with train.compile=false]
-    python3 bench/gpu/real_model.py direct WORK OUT     # after generate: bench/gpu/generate_direct.py on its
-                                                        # output, with the pipeline's answer settings
+    python3 bench/gpu/real_model.py direct WORK OUT     # after generate: generate_direct.py on its output
     python3 bench/gpu/real_model.py speculators WORK OUT [--deadline-s S] [--spec-compile]   # issue 15: once
         # the pipeline ended, speculators' trainer on its extraction with its train settings, detached
         # (WORK/spec); eager unless --spec-compile
@@ -29,9 +29,7 @@ its failed step (succeeded steps are reused: the product's own retry). Both writ
     python3 bench/gpu/real_model.py recipes WORK OUT    # after the pipeline: bench/gpu/recipes.py on its
         # extraction and held-out extraction, RECIPES at once (learning rate, epochs, data size)
     python3 bench/gpu/real_model.py recipe-sweep WORK OUT   # the recipe best on held-out, through a sweep
-    python3 bench/gpu/real_model.py draft-parts WORK OUT    # the pipeline's draft back in 15 MiB parts
-    # SGLang on the held-out questions train validates on: the pipeline's own serve_held_out step (the GPU
-    # recipe sets held_out.serve; run 8 did it with a phase of this script, held-out-sweep, since removed)
+    python3 bench/gpu/real_model.py draft-parts WORK OUT    # the pipeline's draft, as keep_draft saves it
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from carried import follow_saving, save_draft, spec_from_carried  # noqa: E402
+import carried  # noqa: E402
 from e2e_pipeline import SGLANG_ARGS  # noqa: E402 - the launch flags of the constructed journey
 from host_probe import probe  # noqa: E402
 
@@ -152,17 +150,21 @@ def start(args: argparse.Namespace) -> None:
     if args.train_compile != "auto":
         spec["train"]["compile"] = args.train_compile == "on"
     if args.carried is not None:  # an earlier call's generate output (carried.py): no generate step
-        carried = spec_from_carried(
+        from_carried = carried.spec_from_carried(
             http, spec, args.carried, work, out, began, args.deadline_s, answer_tokens=ANSWER_TOKENS
         )
-        if carried is None:
+        if from_carried is None:
             return
-        spec = carried
+        spec = from_carried
+        draft = carried.unpack_draft(args.carried, work / "carried_draft")
+        if draft is not None:  # train ended on a machine since lost (carried.keep_draft): serve its draft
+            carried.serve_carried(http, carried.serve_jobs(spec, draft, work), out, began, args.deadline_s)
+            return
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
     (work / "pipeline_id").write_text(created.json()["id"])
-    follow_saving(http, created.json()["id"], out, began, args.deadline_s)
+    carried.follow_saving(http, created.json()["id"], out, began, args.deadline_s)
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -187,7 +189,7 @@ def wait(args: argparse.Namespace) -> None:
             body = {"params": param_changes(args.retry_with or [])}
             print(f"retrying from {pipeline['failed_step']} with {body['params']}", flush=True)
             http.post(f"/v1/pipelines/{pipeline_id}/retry", json=body).raise_for_status()
-    follow_saving(http, pipeline_id, out, began, args.deadline_s)
+    carried.follow_saving(http, pipeline_id, out, began, args.deadline_s)
 
 
 def direct(args: argparse.Namespace) -> None:
@@ -260,12 +262,11 @@ def spec_sweep(args: argparse.Namespace) -> None:
 
 
 def draft_parts(args: argparse.Namespace) -> None:
-    """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) back to this side for analysis on
-    a CPU (eval of the same drafter on other prompts), in parts (carried.save_draft). Its own call: a wait's
-    report already uses five of the eight files."""
+    """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) to OUT for a CPU's analysis, in
+    parts (carried.save_draft; `carried.unpack_draft` makes it whole)."""
     work = args.work.resolve()
     fix_keys = next(j for j in _pipeline(_client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys")
-    save_draft(Path(fix_keys["params"]["dest"]), args.out)
+    carried.save_draft(Path(fix_keys["params"]["dest"]), args.out)
 
 
 def run_sweep_job(

@@ -184,26 +184,86 @@ def test_completion_posts_each_job_once_and_saves_partial_parts_at_the_deadline(
     assert (queued["params"]["resume"], queued["params"]["output"]) == (True, str(found.training))
 
 
-def test_a_drafter_leaves_in_parts_with_a_manifest_that_checks_them(
+def a_draft(folder: Path, size: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(bytes(range(256)) * (size // 256) + b"w" * (size % 256))
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 8}')
+    return folder
+
+
+def test_a_drafter_leaves_in_parts_and_comes_back_whole_only_when_every_part_checks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hashlib
-
-    monkeypatch.setattr(carried, "PART_BYTES", 1000)
-    draft = tmp_path / "sglang_draft"
-    draft.mkdir()
-    weights = bytes(range(256)) * 20  # 5,120 bytes: 6 parts of at most 1,000
-    (draft / "model.safetensors").write_bytes(weights)
-    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    monkeypatch.setattr(carried, "DRAFT_PART_BYTES", 1000)  # the device's 16 MiB, scaled down
+    draft = a_draft(tmp_path / "sglang_draft", 2500)
     out = tmp_path / "out"
     carried.save_draft(draft, out)
-    manifest = json.loads((out / "draft_parts.json").read_text())
-    parts = [out / f"model.safetensors.part{i}" for i in range(len(manifest["parts"]))]
-    assert len(parts) == 6
-    assert b"".join(p.read_bytes() for p in parts) == weights
-    assert manifest["sha256"] == hashlib.sha256(weights).hexdigest()
-    assert manifest["parts"] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in parts]
-    assert (out / "config.json").read_text() == (draft / "config.json").read_text()
-    (draft / "model.safetensors").write_bytes(weights + b"x" * 2000)  # 8 parts: more than a call returns
+    # 3 parts and the manifest: with the report's 4 files, the 8 a call returns
+    assert sorted(p.name for p in out.iterdir()) == [
+        "draft_parts.json", "model.safetensors.part0", "model.safetensors.part1", "model.safetensors.part2",
+    ]  # fmt: skip
+    back = carried.unpack_draft(out, tmp_path / "back")
+    assert back is not None
+    assert (back / "model.safetensors").read_bytes() == (draft / "model.safetensors").read_bytes()
+    assert json.loads((back / "config.json").read_text()) == json.loads((draft / "config.json").read_text())
+    assert carried.unpack_draft(tmp_path / "sglang_draft", tmp_path / "none") is None  # no manifest there
+    damaged = bytearray((out / "model.safetensors.part1").read_bytes())
+    damaged[10] ^= 1
+    (out / "model.safetensors.part1").write_bytes(bytes(damaged))
+    with pytest.raises(SystemExit, match="model.safetensors.part1"):
+        carried.unpack_draft(out, tmp_path / "back2")
+    (out / "model.safetensors.part2").unlink()
+    with pytest.raises(SystemExit, match="lacks model.safetensors.part2"):
+        carried.unpack_draft(out, tmp_path / "back3")
     with pytest.raises(SystemExit, match="more than one call returns"):
-        carried.save_draft(draft, tmp_path / "too_many")
+        carried.save_draft(a_draft(tmp_path / "big", 3001), tmp_path / "too_many")  # 4 parts
+
+
+def test_a_call_ending_between_fix_keys_and_the_pipelines_end_keeps_the_draft(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(carried, "DRAFT_PART_BYTES", 1000)
+    draft = a_draft(tmp_path / "sglang_draft", 1500)
+
+    def at(state: str, fix_keys: str) -> dict[str, object]:
+        job = {"pipeline_step": "fix_keys", "state": fix_keys, "result": {"dest": str(draft)}}
+        return {"state": state, "jobs": [job]}
+
+    for name, pipeline in (("serving", at("running", "succeeded")), ("failed", at("failed", "succeeded"))):
+        carried.keep_draft(pipeline, tmp_path / name)
+        assert carried.unpack_draft(tmp_path / name, tmp_path / f"{name}_back") is not None
+    for name, pipeline in (("training", at("running", "pending")), ("served", at("succeeded", "succeeded"))):
+        carried.keep_draft(pipeline, tmp_path / name)
+        assert not (tmp_path / name).exists()  # nothing to serve yet, or nothing left to serve
+
+
+def test_a_carried_draft_is_served_by_the_pipelines_own_serving_steps(
+    client: TestClient, admin: dict[str, str], settings: Settings
+) -> None:
+    """serve_jobs against the API's own plan, then posted to the real API (no worker runs here, so the
+    first job stays queued: the deadline path, and the second is not posted beside it)."""
+    work, spec, found = carried_work(settings, "carried-serve")
+    found.held_out.write_text(found.training.read_text())
+    body = carried.carried_spec(spec, found.training, found.held_out, answer_tokens=384)
+    draft = work / "carried_draft"
+    jobs = carried.serve_jobs(body, draft, work)
+    plan = {s.step: s.params for s in eagle3_plan(Eagle3PipelineCreate(**body), str(work / "elsewhere"))}
+    assert list(jobs) == ["serve_held_out", "benchmark"]
+    for step, job in jobs.items():
+        assert job["kind"] == "benchmark"
+        assert job["params"]["launch"]["draft"] == str(draft)
+        assert plan[step]["launch"]["draft"] != str(draft)  # the plan itself is left as it was
+        assert {k: v for k, v in job["params"].items() if k != "launch"} == {
+            k: v for k, v in plan[step].items() if k != "launch"
+        }
+    assert jobs["serve_held_out"]["params"]["prompts"] == str(found.held_out)
+    assert jobs["serve_held_out"]["params"]["max_new_tokens"] == 384
+    register_host(settings, "h200", gpus=1, roots=[str(settings.allowed_roots[0])])
+    client.headers.update(admin)
+    out = work / "out"
+    assert carried.serve_carried(client, jobs, out, time.monotonic() - 1000, deadline_s=1) == []
+    assert job_count(client, admin) == 1
+    queued = client.get("/v1/jobs", params={"kind": "benchmark"}).json()["items"][0]
+    assert queued["params"]["launch"]["draft"] == str(draft)
+    assert queued["params"]["prompts"] == str(found.held_out)
+    assert json.loads((out / "served.json").read_text()) == []

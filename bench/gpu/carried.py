@@ -150,6 +150,11 @@ def unpack_draft(carried: Path, dest: Path) -> Path | None:
     return dest
 
 
+def _records(path: Path) -> int:
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -313,8 +318,12 @@ def carried_spec(
     spec: dict[str, Any], training: Path, held_out: Path | None, answer_tokens: int
 ) -> dict[str, Any]:
     """The GPU recipe's spec on carried conversations: `data` instead of generate, the held-out set (when
-    the recipe has one) as conversations already answered, served with the budget they were answered with."""
+    the recipe has one) as conversations already answered, served with the budget they were answered with.
+    When the recipe asks for fewer conversations than the file holds, extract takes the first that many."""
     carried = {k: v for k, v in spec.items() if k not in ("generate", "held_out")} | {"data": str(training)}
+    asked = ((spec.get("generate") or {}).get("self_prompts") or {}).get("count")
+    if asked is not None and _records(training) > asked:  # a slice of a larger carried set: its first N
+        carried["extract"] = {**spec["extract"], "limit": asked}
     if held_out is None:
         return carried
     return carried | {

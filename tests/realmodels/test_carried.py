@@ -81,6 +81,8 @@ def test_a_carried_spec_is_the_gpu_recipe_on_data_with_answered_held_out_convers
         tmp_path, tmp_path / "mtbench_eval.jsonl", 16000, 10, held_out=tmp_path / "q.jsonl", eval_step=False
     )  # as `start --no-eval` posts it
     training, held_out = tmp_path / "carried" / "conversations.jsonl", tmp_path / "carried" / "held_out.jsonl"
+    training.parent.mkdir()
+    conversations(training, 3)
     body = carried.carried_spec(spec, training, held_out, answer_tokens=384)
     assert "generate" not in body
     assert {k: v for k, v in body.items() if k not in ("data", "held_out")} == {
@@ -160,6 +162,12 @@ def test_completion_jobs_are_the_pipelines_own_generate_steps_resumed_into_the_c
     assert carried.completion_jobs(spec, whole, work) == []
     body = carried.carried_spec(spec, found.training, found.held_out, answer_tokens=384)
     assert body["held_out"]["conversations"] == str(found.held_out)
+    assert "limit" not in body["extract"]  # 5 carried, 16,000 asked: all of them
+    spec["generate"]["self_prompts"]["count"] = 3  # a data-size point from a larger carried set
+    sliced = carried.carried_spec(spec, found.training, found.held_out, answer_tokens=384)
+    assert sliced["extract"] == spec["extract"] | {"limit": 3}
+    plan = {s.step: s.params for s in eagle3_plan(Eagle3PipelineCreate(**sliced), str(work / "sliced"))}
+    assert plan["extract"]["limit"] == 3  # the API keeps it: extract stops after the first 3 usable samples
 
 
 def test_completion_posts_each_job_once_and_saves_partial_parts_at_the_deadline(

@@ -173,7 +173,7 @@ def run_config(args: argparse.Namespace, work: Path, head_key: str) -> dict[str,
             "batch_size": args.batch_size,
             "learning_rate": args.lr,
             "ttt_length": args.ttt_steps,
-            "attention_backend": "sdpa" if args.device == "cpu" else "flex_attention",
+            "attention_backend": attention_backend(args),
             "fsdp_sharding": "NO_SHARD",
             "log_interval": args.log_interval,
             "eval_interval": args.eval_interval,
@@ -185,6 +185,14 @@ def run_config(args: argparse.Namespace, work: Path, head_key: str) -> dict[str,
         "output_dir": str(work / "out"),
         "deployment": {"mode": "local_colocated", "trainer": {"nnodes": 1, "nproc_per_node": 1}},
     }
+
+
+def attention_backend(args: argparse.Namespace) -> str:
+    """SDPA on a CPU; on a GPU flex attention unless asked otherwise: SpecForge runs it uncompiled below 128
+    query tokens (its 0.2.0 modeling/draft/llama3_eagle.py:865-870), and run 11's steps were slow."""
+    if args.attention_backend != "auto":
+        return str(args.attention_backend)
+    return "sdpa" if args.device == "cpu" else "flex_attention"
 
 
 def specforge(argv: list[str], device: str, log: Path) -> dict[str, Any]:
@@ -276,6 +284,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-interval", type=int, default=50)
     parser.add_argument("--eval-interval", type=int, default=500)
     parser.add_argument("--device", default="cuda", help="cpu: tests (SpecForge's reference loss)")
+    parser.add_argument("--attention-backend", choices=["auto", "sdpa", "flex_attention"], default="auto")
     parser.add_argument(
         "--work", dest="sweep_work", type=Path, help="real_model.py's WORK: also write the draft's sweep job"
     )

@@ -133,5 +133,10 @@ def test_the_gpu_phase_hands_specforge_the_pipelines_schedule(tmp_path: Path) ->
     )
     assert (args.epochs, args.ttt_steps, args.lr, args.batch_size, args.max_len) == (10, 7, 1e-3, 32, 1024)
     assert (args.draft_vocab_size, args.val_fraction, args.seed) == (32000, 0.05, 0)
+    assert (
+        side.run_config(args, tmp_path, "lm_head.weight")["training"]["attention_backend"] == "flex_attention"
+    )
+    sdpa = side.parse([*command[2:], "--attention-backend", "sdpa"])  # if flex attention is slow there
+    assert side.run_config(sdpa, tmp_path, "lm_head.weight")["training"]["attention_backend"] == "sdpa"
     assert args.sweep_work == tmp_path
     assert args.device == "cuda"

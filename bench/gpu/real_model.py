@@ -42,19 +42,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import carried
+from e2e_pipeline import SGLANG_ARGS
+from host_probe import probe
+from journey_api import (
+    ROOT,
+    TRAIN_SETTINGS,
+    answers,
+    client,
+    eyas_up,
+    posted_pipeline,
+    train_job,
+)
+from recipe_sweep import recipe_sweep
+from side_by_side_phases import side_sweep, start_trainer
 
-import carried  # noqa: E402
-from e2e_pipeline import SGLANG_ARGS  # noqa: E402 - the launch flags of the constructed journey
-from host_probe import probe  # noqa: E402
+from cli.pipelines import param_changes
+from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
 
-from cli.pipelines import param_changes  # noqa: E402 - `eyas pipeline retry --set`'s parsing
-from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec  # noqa: E402
-
-URL = "http://127.0.0.1:8000"
 CONFIGS = [
     {"steps": 3, "topk": 1, "draft_tokens": 4},
     {"steps": 5, "topk": 1, "draft_tokens": 6},
@@ -125,9 +132,9 @@ def start(args: argparse.Namespace) -> None:
     print(f"[host] {json.dumps(probe())}", flush=True)  # runs 8-10 generated 2.6x apart on the same settings
     build_target("smollm2", work / "smollm2", gguf=args.gguf)
     print(f"target built in {time.monotonic() - began:.0f}s", flush=True)
-    if not _answers():
-        _eyas_up(work, out)
-    http = _client(work)
+    if not answers():
+        eyas_up(work, out)
+    http = client(work)
     held_out = None
     if args.held_out:  # eval and the sweep ask the same 8 questions as before, from a file of their own
         mtbench, held_out = split_mtbench(args.mtbench, work, args.held_out)
@@ -175,12 +182,12 @@ def wait(args: argparse.Namespace) -> None:
     work, out = args.work.resolve(), args.out
     began = time.monotonic()
     print(f"[host] {json.dumps(probe())}", flush=True)
-    restarted = not _answers()
+    restarted = not answers()
     if restarted:
         print("eyas up did not survive the last command: starting it again", flush=True)
-        _eyas_up(work, out)
-    http = _client(work)
-    pipeline = _pipeline(http, work)
+        eyas_up(work, out)
+    http = client(work)
+    pipeline = posted_pipeline(http, work)
     pipeline_id = pipeline["id"]
     if pipeline["state"] in ("failed", "cancelled"):
         failed = next(j for j in pipeline["jobs"] if j["pipeline_step"] == pipeline["failed_step"])
@@ -204,12 +211,6 @@ def direct(args: argparse.Namespace) -> None:
     subprocess.run(command, check=True, cwd=ROOT)
 
 
-# The pipeline's train settings that the recipes and speculators' driver carry over (the driver has a flag for
-# each), so every run beside the pipeline's trains on the same schedule and holds out the same rows.
-TRAIN_SETTINGS = (
-    "epochs", "ttt_steps", "lr", "batch_size", "max_len", "step_decay", "warmup_ratio", "draft_vocab_size",
-    "val_fraction", "seed",
-)  # fmt: skip
 # Issue 15's data-size curve on the pipeline's own extraction: the first N training samples, the same
 # schedule, validated on the same held-out MT-Bench answers (simulated acceptance, within 1.1 % of SGLang's on
 # those prompts in run 8). Run 4 tried the learning rate and epochs (docs/training.md, "Learning rate,
@@ -226,7 +227,7 @@ def recipes(args: argparse.Namespace) -> None:
     WORK/recipes, reported to OUT/recipes.json. Run it once the pipeline is done: the sweep's GPU gate
     refuses a GPU shared with these, and beside the train step they ran it out of memory (run 4)."""
     work = args.work.resolve()
-    train = _train_job(_pipeline(_client(work), work))["params"]
+    train = train_job(posted_pipeline(client(work), work))["params"]
     base = {key: train[key] for key in TRAIN_SETTINGS} | {"device": "cuda"}
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "recipes.py"), train["data"], train["target"]]
     command += [str(work / "recipes"), "--parallel", str(len(RECIPES)), "--base", json.dumps(base)]
@@ -240,92 +241,22 @@ def recipes(args: argparse.Namespace) -> None:
     (args.out / "recipes.json").write_bytes((work / "recipes" / "recipes.json").read_bytes())
 
 
-SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the trainers are compared on
-
-
 def speculators(args: argparse.Namespace) -> None:
-    from side_by_side_phases import start_trainer  # bench/gpu/side_by_side_phases.py imports this module
-
     start_trainer(args, "speculators")
 
 
 def specforge(args: argparse.Namespace) -> None:
-    from side_by_side_phases import start_trainer
-
     start_trainer(args, "specforge")
-
-
-def spec_sweep(args: argparse.Namespace) -> None:
-    from side_by_side_phases import side_sweep
-
-    side_sweep(args)
 
 
 def draft_parts(args: argparse.Namespace) -> None:
     """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) to OUT for a CPU's analysis, in
     parts (carried.save_draft; `carried.unpack_draft` makes it whole)."""
     work = args.work.resolve()
-    fix_keys = next(j for j in _pipeline(_client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys")
+    fix_keys = next(
+        j for j in posted_pipeline(client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys"
+    )
     carried.save_draft(Path(fix_keys["params"]["dest"]), args.out)
-
-
-def run_sweep_job(
-    http: httpx.Client, spec: dict[str, Any], began: float, deadline_s: float
-) -> dict[str, Any]:
-    """A benchmark job (a sweep spec as speculators_side_by_side.sweep_job writes it) at two rounds, the
-    fewest a sweep takes (acceptance is compared, not speed), followed until it ends or the deadline."""
-    spec["params"]["repeats"] = 2
-    created = http.post("/v1/jobs", json={"kind": "benchmark", **spec})
-    if created.status_code != 201:
-        raise SystemExit(created.text)
-    job_id = created.json()["id"]
-    while True:
-        job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
-        if job["state"] in ("succeeded", "failed", "cancelled") or time.monotonic() - began > deadline_s:
-            return job
-        time.sleep(3)
-
-
-def _detached(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """`command` in its own session (it outlives the device command; killed by its group), output to a log."""
-    with open(log_path, "ab") as log:  # the child holds its own copy of the descriptor
-        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
-
-
-def _eyas_up(work: Path, out: Path) -> None:
-    """`eyas up` in its own session, so a command ending on this machine need not end it."""
-    out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "cli.main", "up", "--port", "8000", "--data-dir", str(work / "data")]
-    _detached([*command, "--host-name", "h200", "--allow-root", str(work)], out / "eyas_up.log")
-    deadline = time.monotonic() + 120
-    while not _answers():
-        if time.monotonic() > deadline:
-            raise SystemExit("eyas up did not answer in 120 s: see eyas_up.log")
-        time.sleep(0.5)
-
-
-def _answers() -> bool:
-    try:
-        return httpx.get(f"{URL}/readyz", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def _pipeline(http: httpx.Client, work: Path) -> dict[str, Any]:
-    """The pipeline `start` posted (its id in WORK/pipeline_id), as the API reads it."""
-    pipeline: dict[str, Any] = http.get(f"/v1/pipelines/{(work / 'pipeline_id').read_text().strip()}").json()
-    return pipeline
-
-
-def _train_job(pipeline: dict[str, Any]) -> dict[str, Any]:
-    """The pipeline's train job (jobs keyed by step: with held_out two share a kind)."""
-    job: dict[str, Any] = next(j for j in pipeline["jobs"] if j["pipeline_step"] == "train")
-    return job
-
-
-def _client(work: Path) -> httpx.Client:
-    token = (work / "data" / "admin.token").read_text().strip()
-    return httpx.Client(base_url=URL, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
 def main() -> None:
@@ -377,19 +308,13 @@ def main() -> None:
     PHASES[args.phase](args)
 
 
-def recipe_sweep(args: argparse.Namespace) -> None:
-    from recipe_sweep import recipe_sweep as run  # bench/gpu/recipe_sweep.py imports this module's helpers
-
-    run(args)
-
-
 PHASES = {
     "start": start,
     "wait": wait,
     "direct": direct,
     "speculators": speculators,
     "specforge": specforge,
-    "spec-sweep": spec_sweep,
+    "spec-sweep": side_sweep,
     "recipes": recipes,
     "recipe-sweep": recipe_sweep,
     "draft-parts": draft_parts,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from real_model import SIDE_BY_SIDE_CONFIGS, _client, _pipeline, _train_job, run_sweep_job
+from journey_api import SIDE_BY_SIDE_CONFIGS, client, posted_pipeline, run_sweep_job, train_job
 
 
 def recipe_sweep(args: argparse.Namespace) -> None:
@@ -27,8 +27,8 @@ def recipe_sweep(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     report = json.loads((work / "recipes" / "recipes.json").read_text())
-    http = _client(work)
-    own = _train_job(_pipeline(http, work))["result"]["best"]
+    http = client(work)
+    own = train_job(posted_pipeline(http, work))["result"]["best"]
     name, best = best_recipe(report["variants"])
     choice = {"recipe": name, "best": best, "pipeline_best": own}
     if best is None or best["accept_len"] <= own["accept_len"]:

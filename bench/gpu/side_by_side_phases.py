@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from real_model import (
+from journey_api import (
     ROOT,
     SIDE_BY_SIDE_CONFIGS,
     TRAIN_SETTINGS,
-    _client,
-    _detached,
-    _pipeline,
-    _train_job,
+    client,
+    detached,
+    posted_pipeline,
     run_sweep_job,
+    train_job,
 )
 
 # trainer: (folder in WORK, its record, what its script takes of the pipeline's TRAIN_SETTINGS)
@@ -42,13 +42,13 @@ def _ended_train(args: argparse.Namespace) -> dict[str, Any]:
     gpu_check and the sweep's own GPU gate (run 3, docs/benchmarks.md), and alone on the GPU a reference
     trainer's tokens/s compare with eyas's."""
     work = args.work.resolve()
-    http = _client(work)
+    http = client(work)
     began = time.monotonic()
-    while (pipeline := _pipeline(http, work))["state"] not in ("succeeded", "failed", "cancelled"):
+    while (pipeline := posted_pipeline(http, work))["state"] not in ("succeeded", "failed", "cancelled"):
         if time.monotonic() - began > args.deadline_s:
             raise SystemExit(f"the pipeline has not ended (state {pipeline['state']})")
         time.sleep(3)
-    train: dict[str, Any] = _train_job(pipeline)["params"]
+    train: dict[str, Any] = train_job(pipeline)["params"]
     return train
 
 
@@ -57,7 +57,7 @@ def start_trainer(args: argparse.Namespace, trainer: str) -> None:
     work = args.work.resolve()
     command = trainer_command(trainer, _ended_train(args), work, eager=not args.spec_compile)
     print("starting:", " ".join(command), flush=True)
-    _detached(command, work / f"{TRAINERS[trainer][0]}.log")
+    detached(command, work / f"{TRAINERS[trainer][0]}.log")
 
 
 def trainer_command(trainer: str, train: dict[str, Any], work: Path, *, eager: bool) -> list[str]:
@@ -89,6 +89,6 @@ def side_sweep(args: argparse.Namespace) -> None:
     job_file = work / folder / "sweep_job.json"
     if not job_file.exists():
         raise SystemExit(f"{args.trainer} wrote no draft to sweep: see {record} and WORK/{folder}.log")
-    job = run_sweep_job(_client(work), json.loads(job_file.read_text()), began, args.deadline_s)
+    job = run_sweep_job(client(work), json.loads(job_file.read_text()), began, args.deadline_s)
     (out / f"{args.trainer}_sweep.json").write_text(json.dumps(job, indent=2))
     print(f"{args.trainer} draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)

@@ -116,7 +116,7 @@ def save_draft(draft: Path, out: Path) -> None:
     weights = (draft / DRAFT_WEIGHTS).read_bytes()
     count = -(-len(weights) // DRAFT_PART_BYTES)
     if count > OUT_FILES - REPORT_FILES - 1:  # beside the manifest and the report's files
-        raise SystemExit(f"{len(weights)} bytes make {count} parts: more than one call returns")
+        raise ValueError(f"{len(weights)} bytes make {count} parts: more than one call returns")
     parts = write_parts(weights, out, DRAFT_WEIGHTS, DRAFT_PART_BYTES)
     manifest = {
         "source": str(draft),
@@ -165,7 +165,11 @@ def keep_draft(pipeline: dict[str, Any], out: Path) -> None:
     fix_keys = next((j for j in pipeline["jobs"] if j["pipeline_step"] == "fix_keys"), None)
     if pipeline["state"] == "succeeded" or fix_keys is None or fix_keys["state"] != "succeeded":
         return
-    save_draft(Path(fix_keys["result"]["dest"]), out)
+    try:
+        save_draft(Path(fix_keys["result"]["dest"]), out)
+    except ValueError as exc:  # a larger target's draft: the report still comes back
+        print(f"the draft is not kept: {exc}", flush=True)
+        return
     count = sum(1 for p in out.rglob("*") if p.is_file())
     if count > OUT_FILES:
         print(

@@ -223,7 +223,7 @@ def test_a_drafter_leaves_in_parts_and_comes_back_whole_only_when_every_part_che
     (out / "model.safetensors.part2").unlink()
     with pytest.raises(SystemExit, match="lacks model.safetensors.part2"):
         carried.unpack_draft(out, tmp_path / "back3")
-    with pytest.raises(SystemExit, match="more than one call returns"):
+    with pytest.raises(ValueError, match="more than one call returns"):
         carried.save_draft(a_draft(tmp_path / "big", 3001), tmp_path / "too_many")  # 4 parts
 
 
@@ -243,6 +243,9 @@ def test_a_call_ending_between_fix_keys_and_the_pipelines_end_keeps_the_draft(
     for name, pipeline in (("training", at("running", "pending")), ("served", at("succeeded", "succeeded"))):
         carried.keep_draft(pipeline, tmp_path / name)
         assert not (tmp_path / name).exists()  # nothing to serve yet, or nothing left to serve
+    draft = a_draft(tmp_path / "big_draft", 3001)  # 4 parts: the call's report comes back without it
+    carried.keep_draft(at("running", "succeeded"), tmp_path / "big")
+    assert not list((tmp_path / "big").glob("model.safetensors.part*"))
 
 
 def test_a_carried_draft_is_served_by_the_pipelines_own_serving_steps(

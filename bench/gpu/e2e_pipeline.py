@@ -61,6 +61,7 @@ def prompts(path: Path, count: int = 16) -> Path:
 def spec(
     work: Path,
     depths: list[int],
+    *,
     device: str = "cuda",
     engine: str = "sglang",
     graph_max_bs: int | None = None,
@@ -171,8 +172,9 @@ def main() -> None:
     try:
         depths = [int(d) for d in args.depths.split(",")]
         pipeline = spec(
-            work, depths, args.device, args.engine, args.graph_max_bs, args.epochs, args.lr, not args.no_eval
-        )
+            work, depths, device=args.device, engine=args.engine, graph_max_bs=args.graph_max_bs,
+            epochs=args.epochs, lr=args.lr, eval_step=not args.no_eval,
+        )  # fmt: skip
         run(work, out, started, args.deadline_s, pipeline)
     finally:
         proc.terminate_group(up.pid, grace_s=20, popen=up)

@@ -311,11 +311,14 @@ def _post(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _running_job(http: httpx.Client, output: str) -> dict[str, Any] | None:
-    listed = http.get("/v1/jobs", params={"kind": "generate", "limit": 50}).json()["items"]
-    unfinished = [
-        j for j in listed if j["params"].get("output") == output and j["state"] in ("queued", "running")
-    ]
-    return unfinished[0] if unfinished else None
+    """A generate job queued or running into OUTPUT (an earlier call's), asked by state: however many jobs
+    the host has run, the unfinished ones are few."""
+    for state in ("running", "queued"):
+        listed = http.get("/v1/jobs", params={"kind": "generate", "state": state, "limit": 500}).json()
+        found = [j for j in listed["items"] if j["params"].get("output") == output]
+        if found:
+            return found[0]
+    return None
 
 
 def carried_spec(

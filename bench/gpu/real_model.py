@@ -15,8 +15,9 @@ starts it again and retries the pipeline from its failed step (the product's own
         # every call saves the generated conversations to OUT (carried.py): whole once generate is done,
         # as they stand (NAME.partial.gz.partN) when the call ends first, and the draft when it ends
         # between fix_keys and the pipeline's end; --carried DIR starts from such a copy instead of
-        # generating (a partial one completed first, generate resumed into it), or with a draft there,
-        # serves it alone (serve_held_out and the sweep as the pipeline plans them; OUT/served.json)
+        # generating (a partial one completed first, generate resumed into it), or with a draft there
+        # (or in --carried-draft DIR), serves it alone (serve_held_out and the sweep as the pipeline
+        # plans them; OUT/served.json)
         # --held-out N: MT-Bench is split in WORK: mtbench_eval.jsonl (the 8 questions eval and the sweep
         # ask, one per category) and mtbench_held_out.jsonl (the next N in the same category rotation), the
         # pipeline's `held_out` set (train validates on it, and takes its estimate and best epoch from it)
@@ -163,7 +164,7 @@ def start(args: argparse.Namespace) -> None:
         if from_carried is None:
             return
         spec = from_carried
-        draft = carried.unpack_draft(args.carried, work / "carried_draft")
+        draft = carried.unpack_draft(args.carried_draft or args.carried, work / "carried_draft")
         if draft is not None:  # train ended on a machine since lost (carried.keep_draft): serve its draft
             carried.serve_carried(http, carried.serve_jobs(spec, draft, work), out, began, args.deadline_s)
             return
@@ -300,6 +301,11 @@ def main() -> None:
         "--carried",
         type=Path,
         help="start: conversations an earlier call saved to OUT (carried.py), not generate",
+    )
+    parser.add_argument(
+        "--carried-draft",
+        type=Path,
+        help="start --carried: the folder of a kept draft's parts, when not in --carried (its own call)",
     )
     parser.add_argument(
         "--held-out", type=int, default=0, help="MT-Bench questions for the held-out validation set (0: none)"

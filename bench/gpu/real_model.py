@@ -165,6 +165,8 @@ def start(args: argparse.Namespace) -> None:
             return
         spec = from_carried
         draft = carried.unpack_draft(args.carried_draft or args.carried, work / "carried_draft")
+        if draft is None and args.carried_draft is not None:
+            raise SystemExit(f"--carried-draft {args.carried_draft}: no {carried.DRAFT_MANIFEST} there")
         if draft is not None:  # train ended on a machine since lost (carried.keep_draft): serve its draft
             carried.serve_carried(http, carried.serve_jobs(spec, draft, work), out, began, args.deadline_s)
             return

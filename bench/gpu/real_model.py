@@ -130,7 +130,6 @@ def start(args: argparse.Namespace) -> None:
     work, out = args.work.resolve(), args.out
     work.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    print(f"[host] {json.dumps(probe())}", flush=True)  # runs 8-10 generated 2.6x apart on the same settings
     build_target("smollm2", work / "smollm2", gguf=args.gguf)
     print(f"target built in {time.monotonic() - began:.0f}s", flush=True)
     if not answers():
@@ -184,7 +183,6 @@ def wait(args: argparse.Namespace) -> None:
     release gate refused would have run again for four minutes."""
     work, out = args.work.resolve(), args.out
     began = time.monotonic()
-    print(f"[host] {json.dumps(probe())}", flush=True)
     restarted = not answers()
     if restarted:
         print("eyas up did not survive the last command: starting it again", flush=True)
@@ -313,7 +311,15 @@ def main() -> None:
         "--held-out", type=int, default=0, help="MT-Bench questions for the held-out validation set (0: none)"
     )
     args = parser.parse_args()
-    PHASES[args.phase](args)
+    if args.phase not in ("start", "wait"):
+        PHASES[args.phase](args)
+        return
+    host = f"[host] {json.dumps(probe())}"  # runs 8-11 generated 2.6x apart on the same settings
+    print(host, flush=True)
+    try:
+        PHASES[args.phase](args)
+    finally:
+        print(host, flush=True)  # again at the end: a call returns its output's tail (run 11 lost the first)
 
 
 PHASES = {

@@ -62,6 +62,18 @@ class TargetHead:
         shape = last.shape[:-1]
         return torch.cat(probs).view(*shape, -1), torch.cat(argmax).view(shape)
 
+    @torch.no_grad()
+    def draft_distribution(self, last: torch.Tensor, draft_rows: torch.Tensor) -> torch.Tensor:
+        """`distribution`'s probabilities alone, from the draft vocab's rows of lm_head (`draft_rows`
+        [Vd, T]): the same logits, without the full-vocab matmul the argmax needs (argmax_cache.py)."""
+        flat = last.reshape(-1, last.shape[-1])
+        probs = []
+        for chunk in flat.split(DISTRIBUTION_CHUNK):
+            normed = F.rms_norm(chunk.float(), (chunk.shape[-1],), self.norm_weight.float(), self.eps)
+            logits = normed.to(draft_rows.dtype) @ draft_rows.T
+            probs.append(logits.float().softmax(dim=-1).to(draft_rows.dtype))
+        return torch.cat(probs).view(*last.shape[:-1], -1)
+
 
 def weight_files(folder: Path) -> dict[str, Path]:
     """tensor name -> file holding it."""

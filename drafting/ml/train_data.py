@@ -225,6 +225,7 @@ class HiddenStateDataset(Dataset[dict[str, torch.Tensor]]):
             "input_ids": stored["token_ids"][:keep],
             "loss_mask": loss_mask,
             "hidden": stored["hidden_states"][:keep],
+            "rows": torch.tensor([index]),  # a Pack's are concatenated like the rest
         }
 
 
@@ -235,6 +236,8 @@ class Batch:
     hidden: torch.Tensor  # [B, S, 4, T]
     lengths: torch.Tensor  # [B] tokens per row
     layout: RowLayout | None = None  # packed rows: where each sample sits (None: one sample per row)
+    # per row, its samples in order as (dataset row, tokens): what ArgmaxCache keys by (None: not from one)
+    samples: tuple[tuple[tuple[int, int], ...], ...] | None = None
 
     def to(self, device: torch.device) -> Batch:
         def move(t: torch.Tensor) -> torch.Tensor:
@@ -246,6 +249,7 @@ class Batch:
             move(self.hidden),
             move(self.lengths),
             self.layout.to(device) if self.layout is not None else None,
+            self.samples,
         )
 
     def pin_memory(self) -> Batch:
@@ -256,6 +260,7 @@ class Batch:
             self.hidden.pin_memory(),
             self.lengths.pin_memory(),
             self.layout.pin_memory() if self.layout is not None else None,
+            self.samples,
         )
 
     @property
@@ -286,7 +291,14 @@ class Collate:
             batch.hidden[row, :n] = item["hidden"]
         if "sample_lengths" in items[0]:
             batch.layout = row_layout([item["sample_lengths"].tolist() for item in items], seq)
+        if "rows" in items[0]:
+            batch.samples = tuple(_row_samples(item) for item in items)
         return batch
+
+
+def _row_samples(item: dict[str, torch.Tensor]) -> tuple[tuple[int, int], ...]:
+    lengths = item["sample_lengths"].tolist() if "sample_lengths" in item else [item["input_ids"].shape[0]]
+    return tuple(zip(item["rows"].tolist(), lengths, strict=True))
 
 
 def batch_loader(

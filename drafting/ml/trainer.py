@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from drafting.ml._attention import AttentionBackend
+from drafting.ml.argmax_cache import ArgmaxCache
 from drafting.ml.distributed import Ranks, max_across, sum_across
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import Targets, ttt_objective
@@ -185,6 +186,10 @@ class Trainer:
         self.compute_dtype = compute_dtype
         self.draft_ids = drafter.draft_to_target(torch.arange(drafter.d2t.numel(), device=device))
         self.in_draft_vocab = drafter.t2d
+        self.argmax_cache = ArgmaxCache()
+        self.draft_rows = head.lm_head[
+            self.draft_ids
+        ]  # [Vd, T]: the head of every step after a sample's first
         self.unrolled = _Unrolled(drafter, ttt_steps, self.step_weights, attention, compiled=compile_drafter)
         self.compile_fallback: dict[str, Any] | None = None
         self.trained: nn.Module = self.unrolled
@@ -197,10 +202,10 @@ class Trainer:
             )
 
     def _objective(
-        self, model: nn.Module, batch: Batch, *, with_walk: bool = False
+        self, model: nn.Module, batch: Batch, *, with_walk: bool = False, training: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         aux = batch.hidden[:, :, :3].flatten(2)
-        probs, argmax = self.head.distribution(batch.hidden[:, :, 3], self.draft_ids)
+        probs, argmax = self._targets(batch, cached=training)
         drafter_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, :1] * 0], dim=1)
         with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.autocast):
             in_draft = self.in_draft_vocab[argmax]
@@ -208,6 +213,19 @@ class Trainer:
                 drafter_ids, aux, probs, argmax, in_draft, batch.loss_mask, batch.layout, with_walk
             )
         return loss, stats, walked
+
+    def _targets(self, batch: Batch, *, cached: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target's draft-vocab probabilities and full-vocab argmax. Training samples keep their argmax
+        after their first step (argmax_cache.py); validation rows are numbered in another extraction, so
+        they are never looked up."""
+        last = batch.hidden[:, :, 3]
+        argmax = self.argmax_cache.lookup(batch) if cached else None
+        if argmax is not None:
+            return self.head.draft_distribution(last, self.draft_rows), argmax
+        probs, argmax = self.head.distribution(last, self.draft_ids)
+        if cached:
+            self.argmax_cache.store(batch, argmax)
+        return probs, argmax
 
     def step(
         self, batch: Batch, global_step: int, *, stop_requested: bool = False
@@ -220,7 +238,9 @@ class Trainer:
         out_of_memory = False
         loss = stats = None
         try:
-            loss, stats, _ = self._objective_or_eager(self.trained, batch, global_step + 1, "forward")
+            loss, stats, _ = self._objective_or_eager(
+                self.trained, batch, global_step + 1, "forward", training=True
+            )
         except torch.OutOfMemoryError:
             out_of_memory = True
         local = loss.detach().float() if loss is not None else torch.zeros((), device=self.device)
@@ -250,20 +270,27 @@ class Trainer:
         return value, float(grad_norm), stats
 
     def _objective_or_eager(
-        self, model: nn.Module, batch: Batch, step: int, phase: str, *, with_walk: bool = False
+        self,
+        model: nn.Module,
+        batch: Batch,
+        step: int,
+        phase: str,
+        *,
+        with_walk: bool = False,
+        training: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`_objective`; a compiled one that fails (a compiler bug, at the first shape, at a later one's
         recompile, or in validation's no-grad graphs) falls back to eager for the rest of the run: slower,
         never wrong, and an error that is not the compiler's recurs eagerly and propagates."""
         try:
-            return self._objective(model, batch, with_walk=with_walk)
+            return self._objective(model, batch, with_walk=with_walk, training=training)
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
             if not self.unrolled.compiled:
                 raise
             self._run_eagerly(exc, step, phase)
-            return self._objective(model, batch, with_walk=with_walk)
+            return self._objective(model, batch, with_walk=with_walk, training=training)
 
     def _backward(self, loss: torch.Tensor, batch: Batch, global_step: int) -> None:
         """loss.backward(); the compiled graph's backward is compiled at its first use, so it can fail there
@@ -278,7 +305,7 @@ class Trainer:
                 raise
             self._run_eagerly(exc, global_step + 1, "backward")
             self.optimizer.zero_grad(set_to_none=True)
-            self._objective(self.trained, batch)[0].backward()
+            self._objective(self.trained, batch, training=True)[0].backward()
 
     def _run_eagerly(self, exc: Exception, global_step: int, phase: str) -> None:
         reason = _one_line(exc)

@@ -197,7 +197,8 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
     # requested: the compile param (null = the stage decides); fell_back: where a compiled run went eager.
     compile_record = {"requested": params.compile, "used": compiled, "fell_back": trainer.compile_fallback}
     samples = {"train": len(train_rows), "val": len(val_rows), "held_out": held}
-    return {**result, "samples": samples, "compile": compile_record}
+    head_steps = trainer.argmax_cache.report()  # the full-vocab head runs in a sample's first step only
+    return {**result, "samples": samples, "compile": compile_record, "target_head": head_steps}
 
 
 def _optim_settings(params: TrainParams, total_steps: int) -> OptimSettings:

@@ -77,6 +77,11 @@ def test_loss_falls_and_step0_accuracy_rises_far_above_chance(
     tau = _series(sink, "val/est_accept_len")[max(val_acc)]
     assert 2.5 < tau <= 4.0  # 1 + sum of 3 cumulative accuracies
     assert result["epochs_done"] == 4
+    # every training sample ran the full-vocab head once, in the first epoch; the later ones read its argmax
+    head, steps = result["target_head"], len(_series(sink, "train/loss"))
+    assert head["samples_kept"] == result["samples"]["train"]
+    assert head["steps_full_head"] + head["steps_draft_rows"] == steps
+    assert 0 < head["steps_full_head"] <= steps // 4 < head["steps_draft_rows"], (head, steps)
     assert {f"train/acc_{k}" for k in range(3)} <= {e["name"] for e in sink.of_type("metric")}
     assert {"train/lr", "train/tokens_per_s", "train_epoch/acc_0"} <= {
         e["name"] for e in sink.of_type("metric")

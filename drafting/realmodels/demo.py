@@ -122,10 +122,10 @@ def real_pipeline_spec(
     return spec
 
 
-# The GPU recipe (docs/real-models.md): what GPU run 8 ran on one H200 with SGLang 0.5.14, CUDA graphs on.
-# 12,000 self-prompted conversations with task openers, greedy answers of up to 384 tokens, lr 1e-3 for 10
-# epochs: generate + extract + train in 12.5 minutes, served at accept length 2.94 on 72 MT-Bench
-# questions at (5,1,6) (2.72 on the sweep's 8, decoded past their end of turn); 8,000 served 2.48 there.
+# The GPU recipe (docs/real-models.md): what GPU runs 11-12 ran on one H200 with SGLang 0.5.14, CUDA graphs
+# on. 16,000 self-prompted conversations with task openers, greedy answers of up to 384 tokens, lr 1e-3 for
+# 10 epochs: generate + extract + train in 19.8 minutes, served at accept length 3.04 on 72 MT-Bench
+# questions at (5,1,6) (2.63 on the sweep's 8, decoded past their end of turn); 12,000 served 2.94 there.
 GPU_HELD_OUT_PROMPTS = 72  # the next nine per category of MT-Bench's 80, after the 8 eval questions
 GPU_CONFIGS = [
     {"steps": 5, "topk": 1, "draft_tokens": 6},  # the chain every run reports
@@ -139,7 +139,7 @@ def gpu_pipeline_spec(
     assets: dict[str, str],
     *,
     workdir: str,
-    conversations: int = 12000,
+    conversations: int = 16000,
     epochs: int = 10,
     lr: float = 1e-3,
     openers: str | None = "tasks",

@@ -72,7 +72,7 @@ def test_demo_writes_a_real_model_pipeline_from_prompts(tmp_path: Path) -> None:
 
 
 def test_demo_gpu_writes_the_recipe_measured_on_the_h200(tmp_path: Path) -> None:
-    """`--gpu`: GPU run 8's recipe (SGLang, 12,000 self-prompted conversations, lr 1e-3 x 10), MT-Bench cut
+    """`--gpu`: GPU run 12's recipe (SGLang, 16,000 self-prompted conversations, lr 1e-3 x 10), MT-Bench cut
     into the 8 questions the sweep asks and the other 72 as the held-out set; every param valid."""
     from drafting.realmodels.demo import GPU_CONFIGS
 
@@ -93,7 +93,7 @@ def test_demo_gpu_writes_the_recipe_measured_on_the_h200(tmp_path: Path) -> None
         parse_params(step.kind, step.params)
     generate, train = by_step["generate"], by_step["train"]
     assert generate["engine"]["engine"] == by_step["benchmark"]["launch"]["engine"] == "sglang"
-    assert generate["self_prompts"]["count"] == 12000
+    assert generate["self_prompts"]["count"] == 16000
     assert generate["self_prompts"]["openers"] == "tasks"
     assert (train["device"], train["lr"], train["epochs"], train["ttt_steps"]) == ("cuda", 1e-3, 10, 7)
     assert by_step["benchmark"]["configs"] == GPU_CONFIGS

@@ -24,6 +24,7 @@ above it is a choice the target makes clearly; both paths must agree on it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ class TargetScorer:
         self.model_path = str(model)
         self.device_name = device
         self._model: Any = None
+        self._last_only: dict[str, int] = {}
         self.description = ""
         self.load_error: str | None = None
 
@@ -97,6 +99,10 @@ class TargetScorer:
             self.load_error = f"{type(exc).__name__}: {exc}"
             return None
         self.description = f"{str(dtype).removeprefix('torch.')} on {device}"
+        # The lm_head at the last position alone: a [prefix, vocab] float32 matmul is a fifth of a 135M
+        # target's scoring on a CPU (1.97 -> 1.60 s over 450 tokens, 2 cores), and only its last row is read.
+        accepts = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._last_only = {"logits_to_keep": 1} if accepts else {}
         return self._model
 
     def _device(self, torch: Any) -> str:
@@ -113,7 +119,9 @@ class TargetScorer:
             return None
         device = next(model.parameters()).device
         with torch.inference_mode():
-            out = model(input_ids=torch.tensor([list(prefix)], device=device), use_cache=False)
+            out = model(
+                input_ids=torch.tensor([list(prefix)], device=device), use_cache=False, **self._last_only
+            )
         return out.logits[0, -1].float().cpu()
 
     def release(self) -> None:

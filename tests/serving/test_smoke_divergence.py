@@ -130,3 +130,16 @@ def test_an_honest_verify_with_the_same_draft_passes_the_judge(near_tie_target: 
     assert [a.output_ids for a in answers] == baseline
     assert report.verdict == "passed", report.as_dict()
     assert all(d.verdict == "identical" for d in report.divergences)
+
+
+def test_the_scorer_computes_the_last_positions_logits_alone(near_tie_target: Path) -> None:
+    """It asks the target for the last position's logits only (`logits_to_keep`): the row it reads, the same
+    as a full forward's last row."""
+    prefix = [TIED - 3, TIED - 2, TIED - 1, TIED]
+    scorer = TargetScorer(near_tie_target, device="cpu")
+    scored = scorer.next_logits(prefix)
+    assert scorer._last_only == {"logits_to_keep": 1}
+    model = AutoModelForCausalLM.from_pretrained(near_tie_target, dtype=torch.float32)
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([prefix])).logits[0, -1]
+    torch.testing.assert_close(scored, full, rtol=1e-5, atol=1e-4)

@@ -81,10 +81,13 @@ def side_sweep(args: argparse.Namespace) -> None:
     folder, record_name, _ = TRAINERS[args.trainer]
     record = work / folder / record_name
     began = time.monotonic()
+    log = work / f"{folder}.log"
     while not record.exists():
         if time.monotonic() - began > args.deadline_s:
-            raise SystemExit(f"{record_name} not written: see WORK/{folder}.log")
+            _bring_back(log, out)
+            raise SystemExit(f"{record_name} not written by the deadline: OUT/{log.name} is its log so far")
         time.sleep(3)
+    _bring_back(log, out)
     (out / record_name).write_bytes(record.read_bytes())
     job_file = work / folder / "sweep_job.json"
     if not job_file.exists():
@@ -92,3 +95,9 @@ def side_sweep(args: argparse.Namespace) -> None:
     job = run_sweep_job(client(work), json.loads(job_file.read_text()), began, args.deadline_s)
     (out / f"{args.trainer}_sweep.json").write_text(json.dumps(job, indent=2))
     print(f"{args.trainer} draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
+
+
+def _bring_back(log: Path, out: Path) -> None:
+    """The trainer's log into OUT: runs 3 to 5 observed speculators' trainer live and kept none of it."""
+    if log.exists():
+        (out / log.name).write_bytes(log.read_bytes()[-4_000_000:])  # its tail; a call carries back 64 MiB

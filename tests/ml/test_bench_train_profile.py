@@ -38,6 +38,14 @@ def test_bench_train_profiles_its_steps_and_runs_the_yardstick_beside_them(tmp_p
     assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
     assert 0 < len(profile["top"]) <= 12
     assert profile["top"][0]["ms_per_step"] >= profile["top"][-1]["ms_per_step"]
+    by_kind = profile["top_by_kind"]
+    assert "matmul" not in by_kind  # the overall top already names the GEMMs
+    for kind, rows in by_kind.items():  # each kind's rows are its own, largest first, within its share
+        assert 0 < len(rows) <= 6
+        assert sum(row["share"] for row in rows) <= shares[kind] + 0.01
+        assert [row["ms_per_step"] for row in rows] == sorted(
+            (row["ms_per_step"] for row in rows), reverse=True
+        )
     yardstick = result["yardstick"]
     assert yardstick["result"]["compiled"]["tokens_per_s"] == 400
     assert yardstick["eyas_over_compiled_yardstick"] == round(result["tokens_per_s"] / 400, 3)

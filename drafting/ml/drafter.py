@@ -18,8 +18,9 @@ Stable API (other helpers build on it; keep these signatures):
   ``(embed(input_ids[i]), features[i])`` and predicts the token *after* ``input_ids[i]``: feed the
   target state at position i together with token i+1. To mix target context and drafted positions in one
   call, project the target part first (``drafter.project(aux)``) and concatenate along the sequence.
-  ``hidden`` is the pre-norm output, i.e. the feature the next draft step reads; logits cover the
-  draft vocab.
+  ``hidden`` is the feature the next draft step reads: the pre-norm output, or the normed one when the
+  config sets ``norm_output`` (speculators' default, served by SGLang 0.5.12+: its draft forward returns
+  ``hidden_states_to_logits if self.norm_output else hidden_states_to_aux``); logits cover the draft vocab.
 * ``drafter.draft_to_target(draft_ids) -> target_ids`` via ``d2t`` (target = draft + d2t[draft]).
 * ``aux_hidden_states(target_model, input_ids, ...) -> [B, n, 3T]`` captures the target's aux states at HF
   indices ``[2, N//2, N-3]`` by default (re-exported from ``drafting.ml.capture``).
@@ -75,6 +76,9 @@ class Eagle3Drafter(nn.Module):
         self.lm_head = nn.Linear(hidden, int(config["draft_vocab_size"]), bias=False)
         self.register_buffer("d2t", torch.zeros(int(config["draft_vocab_size"]), dtype=torch.int64))
         self.rotary = Rotary(config)
+        # No weights of its own, so a loader cannot catch it: a draft trained with it and decoded without
+        # it drafts its first token right and the rest wrong (GPU run 13, speculators' draft in eyas eval)
+        self.norm_output = bool(config.get("norm_output", False))
 
     @classmethod
     def from_target_config(
@@ -126,6 +130,13 @@ class Eagle3Drafter(nn.Module):
         logits: torch.Tensor = self.lm_head(self.norm(hidden))
         return logits
 
+    def next_features(self, out: torch.Tensor) -> torch.Tensor:
+        """What the next draft step reads of a pre-norm output: itself, or normed under `norm_output`."""
+        if not self.norm_output:
+            return out
+        normed: torch.Tensor = self.norm(out)
+        return normed
+
     def _embed(self, input_ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         embeds: torch.Tensor = self.embed_tokens(input_ids)
         return embeds.to(like.dtype)
@@ -138,7 +149,7 @@ class Eagle3Drafter(nn.Module):
             positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         cos, sin = self.rotary(positions, hidden.dtype)
         out, _, _ = self.midlayer.causal(self._embed(input_ids, hidden), hidden, cos, sin)
-        return self.logits(out), out
+        return self.logits(out), self.next_features(out)
 
     def forward(
         self,
@@ -162,8 +173,8 @@ class Eagle3Drafter(nn.Module):
         """Pre-norm outputs of `steps` TTT passes, each [B, S, H].
 
         Step k at position j reads token `input_ids[j + k]` (0 past the end) and the step k-1 output at
-        j, sits at rope position j + k, and predicts the token after `input_ids[j + k]`. Step 0 reads
-        `project(features)`.
+        j (`next_features` of it), sits at rope position j + k, and predicts the token after
+        `input_ids[j + k]`. Step 0 reads `project(features)`.
 
         With a `layout` (packed rows, drafting/ml/packing.py) every sample runs as if alone: positions count
         from its start, attention stays inside it, and `input_ids[j + k]` reads 0 from the sample's last
@@ -182,8 +193,9 @@ class Eagle3Drafter(nn.Module):
             keys.append(k)
             values.append(v)
             attended = _attention.ttt(q, keys, values, attention, segments)
-            hidden = layer.finish(hidden, attended, weights)
-            outputs.append(hidden)
+            out = layer.finish(hidden, attended, weights)
+            outputs.append(out)
+            hidden = self.next_features(out)
         return outputs
 
     @staticmethod

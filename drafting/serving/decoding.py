@@ -128,7 +128,8 @@ def draft_chain(
     """`depth` greedy draft tokens (target ids) after `pending`.
 
     Position i reads (token i+1, feature of position i): the target's projected state for context
-    positions, then the drafter's own pre-norm output for drafted ones, as SGLang's draft decode does.
+    positions, then the drafter's own output for drafted ones (pre-norm, or normed under the draft's
+    `norm_output`), as SGLang's draft decode does.
     Recomputed without a cache on every step: slow, but nothing can get out of sync. The decoder uses
     `draft_chain_cached` (the same drafts, tested); this one is the reference it is checked against.
     """
@@ -202,7 +203,8 @@ def _draft_step(
     start: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The drafter's decoder layer over positions start.. (attending to the past keys too): logits,
-    pre-norm outputs, and the keys and values with these positions appended."""
+    the features the next step reads (`next_features`), and the keys and values with these positions
+    appended."""
     layer = drafter.midlayer
     hidden = drafter.project(features)
     count = input_ids.shape[1]
@@ -219,7 +221,7 @@ def _draft_step(
         q, keys, values, attn_mask=mask, enable_gqa=q.shape[1] != keys.shape[1]
     )
     out = layer.finish(hidden, attended)
-    return drafter.logits(out), out, keys, values
+    return drafter.logits(out), drafter.next_features(out), keys, values
 
 
 def _matching_prefix(drafts: Sequence[int], choices: Sequence[int]) -> int:

@@ -88,21 +88,44 @@ def test_features_of_width_h_skip_fc(drafter: Eagle3Drafter) -> None:
     torch.testing.assert_close(from_aux, from_projected)
 
 
+def test_norm_output_feeds_the_normed_state_as_sglang_does(drafter: Eagle3Drafter) -> None:
+    """SGLang 0.5.12+ `LlamaForCausalLMEagle3.forward` hands the next draft step `hidden_states_to_logits if
+    self.norm_output else hidden_states_to_aux`: the normed state under `norm_output` (speculators' default).
+    It has no weights, so only the forward can honour it; the logits stay the same either way."""
+    ids, aux = torch.randint(0, 256, (2, 12)), torch.randn(2, 12, 96)
+    plain_logits, plain_hidden = drafter.forward_sequence(ids, aux)
+    normed = Eagle3Drafter({**drafter.config, "norm_output": True})
+    normed.load_state_dict(drafter.state_dict())
+    logits, hidden = normed.eval().forward_sequence(ids, aux)
+    ref_logits, ref_pre_norm = _sglang_reference(drafter, ids, aux)
+    torch.testing.assert_close(hidden, drafter.norm(ref_pre_norm), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits, plain_logits)
+    assert not torch.allclose(hidden, plain_hidden, atol=1e-2)  # the two features differ: the check bites
+
+
 @torch.no_grad()
-def test_ttt_steps_equal_incremental_drafting(drafter: Eagle3Drafter) -> None:
+@pytest.mark.parametrize("norm_output", [False, True])
+def test_ttt_steps_equal_incremental_drafting(drafter: Eagle3Drafter, norm_output: bool) -> None:
     """TTT step k at position j must be what SGLang computes when it drafts k tokens after position j:
     the context (target features) at positions 0..j, then one position per drafted token carrying the
-    drafter's previous output."""
+    drafter's previous output (normed under `norm_output`)."""
+    if norm_output:
+        normed = Eagle3Drafter({**drafter.config, "norm_output": True})
+        normed.load_state_dict(drafter.state_dict())
+        drafter = normed.eval()
     ids, aux = torch.randint(0, 256, (1, 10)), torch.randn(1, 10, 96)
     steps = drafter.forward_ttt(ids, aux, steps=3, attention="dense")
     for j in (0, 4, 6):
         features = [drafter.project(aux[:, : j + 1])]
         tokens = [ids[:, : j + 1]]
         for k in (1, 2):
-            features.append(steps[k - 1][:, j : j + 1])
+            features.append(drafter.next_features(steps[k - 1][:, j : j + 1]))
             tokens.append(ids[:, j + k : j + k + 1])
             _, hidden = drafter.forward_sequence(torch.cat(tokens, 1), torch.cat(features, 1))
-            torch.testing.assert_close(hidden[:, -1], steps[k][:, j], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(
+                hidden[:, -1], drafter.next_features(steps[k])[:, j], rtol=1e-4, atol=1e-4
+            )
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

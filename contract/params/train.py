@@ -52,6 +52,17 @@ class TrainParams(DataParallelParams):
     init_lm_head: Literal["target", "random"] = Field(
         "target", description="start lm_head from the target's rows for the draft vocab, or at random"
     )
+    train_lm_head: bool = Field(
+        True,
+        description="train lm_head (eyas's default) or keep it frozen at the target's rows, as speculators "
+        "does (needs init_lm_head: target); frozen, a SmolLM2 drafter trains 5.1 M weights instead of 23.5 M",
+    )
+    norm_output: bool = Field(
+        False,
+        description="each TTT step reads the previous step's normed output instead of the pre-norm one "
+        "(speculators' default for EAGLE-3); written to config.json, which SGLang 0.5.12+ and eyas's eval "
+        "honour, so serving drafts as training did",
+    )
     val_fraction: float = Field(0.05, ge=0, le=0.5, description="samples held out for validation")
     train_samples: int | None = Field(
         None,
@@ -110,6 +121,10 @@ class TrainParams(DataParallelParams):
         # Past the unroll the drafter was never validated: there is no estimate to choose by.
         if self.select_depth is not None and self.select_depth > self.ttt_steps:
             raise ValueError(f"select_depth {self.select_depth} is past ttt_steps {self.ttt_steps}")
+        if not self.train_lm_head and self.init_lm_head == "random":
+            raise ValueError(
+                "train_lm_head false keeps lm_head as it starts: that needs init_lm_head 'target'"
+            )
         return self
 
     @property

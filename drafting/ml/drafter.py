@@ -82,9 +82,16 @@ class Eagle3Drafter(nn.Module):
 
     @classmethod
     def from_target_config(
-        cls, target_config: dict[str, Any], *, draft_vocab_size: int, aux_layer_ids: list[int]
+        cls,
+        target_config: dict[str, Any],
+        *,
+        draft_vocab_size: int,
+        aux_layer_ids: list[int],
+        norm_output: bool = False,
     ) -> Eagle3Drafter:
         config = drafter_config(target_config, draft_vocab_size=draft_vocab_size, aux_layer_ids=aux_layer_ids)
+        if norm_output:  # written only when on: a config without it reads as SGLang's default, off
+            config["norm_output"] = True
         return cls(config)
 
     @property

@@ -61,8 +61,8 @@ COMPILE_MIN_STEPS = 1200
 # Params that define the run: resuming with any of them changed cannot continue it exactly.
 _RUN_DEFINING = (
     "epochs", "ttt_steps", "step_decay", "batch_size", "max_len", "lr", "warmup_ratio", "warmup_steps",
-    "schedule", "weight_decay", "grad_clip", "draft_vocab_size", "init_lm_head", "val_fraction", "seed",
-    "dtype",
+    "schedule", "weight_decay", "grad_clip", "draft_vocab_size", "init_lm_head", "train_lm_head",
+    "norm_output", "val_fraction", "seed", "dtype",
 )  # fmt: skip
 
 
@@ -300,6 +300,7 @@ def _build_drafter(
             inputs.target_config,
             draft_vocab_size=params.draft_vocab_size,
             aux_layer_ids=extraction.aux_layers,
+            norm_output=params.norm_output,
         )
     except ValueError as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
@@ -311,6 +312,8 @@ def _build_drafter(
         if params.init_lm_head == "target":
             with torch.no_grad():
                 drafter.lm_head.weight.copy_(head.lm_head[draft_ids].float())
+    if not params.train_lm_head:  # the optimizer takes only what requires grad (trainer.make_optimizer)
+        drafter.lm_head.weight.requires_grad_(False)
     drafter.to(inputs.device)
     drafter.embed_tokens.to(inputs.dtype)  # frozen: no float32 master copy needed
     return drafter

@@ -27,8 +27,8 @@ starts it again and retries the pipeline from its failed step (the product's own
         # the pipeline ended, speculators' trainer on its extraction with its train settings, detached
         # (WORK/spec); eager unless --spec-compile
     python3 bench/gpu/real_model.py spec-sweep WORK OUT [--deadline-s S]    # its draft through a chain sweep
-    python3 bench/gpu/real_model.py recipes WORK OUT    # after the pipeline: bench/gpu/recipes.py on its
-        # extraction and held-out extraction, RECIPES at once (learning rate, epochs, data size)
+    python3 bench/gpu/real_model.py recipes WORK OUT [--recipe-set data-size|speculators]   # after the
+        # pipeline: bench/gpu/recipes.py on its extraction and held-out one, a RECIPE_SETS entry at once
     python3 bench/gpu/real_model.py recipe-sweep WORK OUT   # the recipe best on held-out, through a sweep
     python3 bench/gpu/real_model.py draft-parts WORK OUT    # the pipeline's draft, as keep_draft saves it
 """
@@ -216,10 +216,20 @@ def direct(args: argparse.Namespace) -> None:
 # schedule, validated on the same held-out MT-Bench answers (simulated acceptance, within 1.1 % of SGLang's on
 # those prompts in run 8). Run 4 tried the learning rate and epochs (docs/training.md, "Learning rate,
 # epochs and data"): lr 1e-3 for 10 epochs, the journey's defaults.
-RECIPES = {
-    "n1000": {"train_samples": 1000},
-    "n4000": {"train_samples": 4000},
-    "n8000": {"train_samples": 8000},
+# `--recipe-set speculators`: the two defaults of speculators' trainer that eyas's lacks (GPU run 13: on the
+# same 4,000-conversation extraction its draft accepted more than eyas's from the second draft position on,
+# in eyas eval of both): the pipeline's own drafter is the control.
+RECIPE_SETS = {
+    "data-size": {
+        "n1000": {"train_samples": 1000},
+        "n4000": {"train_samples": 4000},
+        "n8000": {"train_samples": 8000},
+    },
+    "speculators": {
+        "norm_output": {"norm_output": True},
+        "frozen_head": {"train_lm_head": False},
+        "both": {"norm_output": True, "train_lm_head": False},
+    },
 }
 
 
@@ -231,11 +241,12 @@ def recipes(args: argparse.Namespace) -> None:
     train = train_job(posted_pipeline(client(work), work))["params"]
     base = {key: train[key] for key in TRAIN_SETTINGS} | {"device": "cuda"}
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "recipes.py"), train["data"], train["target"]]
-    command += [str(work / "recipes"), "--parallel", str(len(RECIPES)), "--base", json.dumps(base)]
+    chosen = RECIPE_SETS[args.recipe_set]
+    command += [str(work / "recipes"), "--parallel", str(len(chosen)), "--base", json.dumps(base)]
     command += ["--deadline-s", str(args.deadline_s)]
     if train.get("held_out_data"):
         command += ["--held-out", train["held_out_data"]]
-    for name, overrides in RECIPES.items():
+    for name, overrides in chosen.items():
         command += ["--variant", f"{name}={json.dumps(overrides)}"]
     subprocess.run(command, check=True, cwd=ROOT)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -283,6 +294,7 @@ def main() -> None:
         "--spec-compile", action="store_true", help="speculators: its own torch.compile (default: --eager)"
     )
     parser.add_argument("--trainer", choices=["speculators", "specforge"], default="speculators")
+    parser.add_argument("--recipe-set", choices=sorted(RECIPE_SETS), default="data-size")
     parser.add_argument(
         "--train-compile",
         choices=["auto", "on", "off"],

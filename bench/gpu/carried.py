@@ -333,8 +333,9 @@ def carried_spec(
         carried["extract"] = {**spec["extract"], "limit": asked}
     if held_out is None:
         return carried
+    serve = spec["held_out"].get("serve", True)  # real_model.py start --no-serve-held-out turns it off
     return carried | {
-        "held_out": {"conversations": str(held_out), "serve": True, "max_new_tokens": answer_tokens}
+        "held_out": {"conversations": str(held_out), "serve": serve, "max_new_tokens": answer_tokens}
     }
 
 

@@ -156,6 +156,8 @@ def start(args: argparse.Namespace) -> None:
     )
     if args.train_compile != "auto":
         spec["train"]["compile"] = args.train_compile == "on"
+    if args.no_serve_held_out and "held_out" in spec:
+        spec["held_out"]["serve"] = False
     if args.carried is not None:  # an earlier call's generate output (carried.py): no generate step
         from_carried = carried.spec_from_carried(
             http, spec, args.carried, work, out, began, args.deadline_s, answer_tokens=ANSWER_TOKENS
@@ -169,11 +171,23 @@ def start(args: argparse.Namespace) -> None:
         if draft is not None:  # train ended on a machine since lost (carried.keep_draft): serve its draft
             carried.serve_carried(http, carried.serve_jobs(spec, draft, work), out, began, args.deadline_s)
             return
+    spec = with_settings(spec, args.set or [])
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
     (work / "pipeline_id").write_text(created.json()["id"])
     carried.follow_saving(http, created.json()["id"], out, began, args.deadline_s)
+
+
+def with_settings(spec: dict[str, Any], changes: list[str]) -> dict[str, Any]:
+    """The spec with `--set SECTION.KEY=JSON` changes (a train recipe, e.g. train.norm_output=true), each
+    into an existing section: a misspelt section fails here, not as a 422 after the held-out answers."""
+    changed = dict(spec)
+    for section, values in param_changes(changes).items():
+        if not isinstance(changed.get(section), dict):
+            raise SystemExit(f"--set {section}.*: the pipeline has no {section!r} section to change")
+        changed[section] = changed[section] | values
+    return changed
 
 
 def wait(args: argparse.Namespace) -> None:
@@ -242,6 +256,11 @@ def recipes(args: argparse.Namespace) -> None:
     base = {key: train[key] for key in TRAIN_SETTINGS} | {"device": "cuda"}
     command = [sys.executable, str(ROOT / "bench" / "gpu" / "recipes.py"), train["data"], train["target"]]
     chosen = RECIPE_SETS[args.recipe_set]
+    if args.only:  # a GPU session with time for fewer variants than the set holds
+        unknown = sorted(set(args.only) - set(chosen))
+        if unknown:
+            raise SystemExit(f"--only {unknown}: not in recipe set {args.recipe_set!r} ({sorted(chosen)})")
+        chosen = {name: chosen[name] for name in args.only}
     command += [str(work / "recipes"), "--parallel", str(len(chosen)), "--base", json.dumps(base)]
     command += ["--deadline-s", str(args.deadline_s)]
     if train.get("held_out_data"):
@@ -295,6 +314,17 @@ def main() -> None:
     )
     parser.add_argument("--trainer", choices=["speculators", "specforge"], default="speculators")
     parser.add_argument("--recipe-set", choices=sorted(RECIPE_SETS), default="data-size")
+    parser.add_argument("--only", action="append", help="recipes: only this variant of the set (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        help="start: change the pipeline's spec, SECTION.KEY=JSON (e.g. train.norm_output=true), repeatable",
+    )
+    parser.add_argument(
+        "--no-serve-held-out",
+        action="store_true",
+        help="start --held-out: train validates on the held-out set, but no serve_held_out step (~170 s)",
+    )
     parser.add_argument(
         "--train-compile",
         choices=["auto", "on", "off"],

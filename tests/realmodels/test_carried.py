@@ -20,6 +20,7 @@ from real_model import pipeline_spec
 from app.core.config import Settings
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
+from contract.params.train import TrainParams
 from tests.app.test_jobs_api import job_count, register_host
 
 
@@ -98,6 +99,35 @@ def test_a_carried_spec_is_the_gpu_recipe_on_data_with_answered_held_out_convers
     served = plan["serve_held_out"].params
     assert (served["prompts"], served["max_new_tokens"], served["ignore_eos"]) == (str(held_out), 384, False)
     assert plan["train"].params["held_out_data"] == plan["extract_held_out"].params["output"]
+
+
+def test_a_recipe_set_on_the_spec_without_serve_held_out_plans_as_the_api_validates_it(
+    tmp_path: Path,
+) -> None:
+    """`start --no-serve-held-out --set train.norm_output=true --set train.train_lm_head=false` (GPU run
+    14): train still validates on the held-out answers, nothing serves them, and the recipe reaches train's
+    params; a section the pipeline lacks is refused before any GPU time is spent."""
+    from real_model import with_settings
+
+    spec = pipeline_spec(
+        tmp_path, tmp_path / "mtbench_eval.jsonl", 4000, 10, held_out=tmp_path / "q.jsonl", eval_step=False
+    )
+    spec["held_out"]["serve"] = False  # what --no-serve-held-out does before carried_spec
+    training, held_out = tmp_path / "carried" / "conversations.jsonl", tmp_path / "carried" / "held_out.jsonl"
+    training.parent.mkdir()
+    conversations(training, 3)
+    body = carried.carried_spec(spec, training, held_out, answer_tokens=384)
+    body = with_settings(body, ["train.norm_output=true", "train.train_lm_head=false"])
+    plan = {step.step: step for step in eagle3_plan(Eagle3PipelineCreate(**body), str(tmp_path / "runs/p"))}
+    assert list(plan) == ["extract", "extract_held_out", "train", "fix_keys", "gpu_check", "benchmark"]
+    train = plan["train"].params
+    assert (train["norm_output"], train["train_lm_head"]) == (True, False)
+    parsed = TrainParams.model_validate(train)  # what the worker runs
+    assert (parsed.norm_output, parsed.train_lm_head) == (True, False)
+    assert train["held_out_data"] == plan["extract_held_out"].params["output"]
+    assert train["lr"] == spec["train"]["lr"]  # the rest of the section is kept
+    with pytest.raises(SystemExit, match="no 'trian' section"):
+        with_settings(body, ["trian.norm_output=true"])
 
 
 def test_a_call_that_ends_before_generate_does_saves_what_it_has_as_partial(tmp_path: Path) -> None:

@@ -198,7 +198,17 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
     compile_record = {"requested": params.compile, "used": compiled, "fell_back": trainer.compile_fallback}
     samples = {"train": len(train_rows), "val": len(val_rows), "held_out": held}
     head_steps = trainer.argmax_cache.report()  # the full-vocab head runs in a sample's first step only
-    return {**result, "samples": samples, "compile": compile_record, "target_head": head_steps}
+    peak = _peak_gpu_bytes(inputs.device)  # what the run needs beside others on the GPU (issue 15's table)
+    return {
+        **result, "samples": samples, "compile": compile_record, "target_head": head_steps,
+        "peak_gpu_bytes": peak,
+    }  # fmt: skip
+
+
+def _peak_gpu_bytes(device: torch.device) -> int | None:
+    """The most memory the run's tensors held on its GPU (torch's allocator: what speculators' driver
+    reports too); None on the CPU."""
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
 
 
 def _optim_settings(params: TrainParams, total_steps: int) -> OptimSettings:

@@ -154,10 +154,7 @@ def start(args: argparse.Namespace) -> None:
         configs=parse_configs(args.configs) if args.configs else None,
         repeats=args.repeats,
     )
-    if args.train_compile != "auto":
-        spec["train"]["compile"] = args.train_compile == "on"
-    if args.no_serve_held_out and "held_out" in spec:
-        spec["held_out"]["serve"] = False
+    spec = with_flags(spec, args.train_compile, args.no_serve_held_out, args.set or [])
     if args.carried is not None:  # an earlier call's generate output (carried.py): no generate step
         from_carried = carried.spec_from_carried(
             http, spec, args.carried, work, out, began, args.deadline_s, answer_tokens=ANSWER_TOKENS
@@ -171,7 +168,6 @@ def start(args: argparse.Namespace) -> None:
         if draft is not None:  # train ended on a machine since lost (carried.keep_draft): serve its draft
             carried.serve_carried(http, carried.serve_jobs(spec, draft, work), out, began, args.deadline_s)
             return
-    spec = with_settings(spec, args.set or [])
     created = http.post("/v1/pipelines", json=spec)
     if created.status_code != 201:
         raise SystemExit(created.text)
@@ -179,13 +175,33 @@ def start(args: argparse.Namespace) -> None:
     carried.follow_saving(http, created.json()["id"], out, began, args.deadline_s)
 
 
+def with_flags(
+    spec: dict[str, Any], train_compile: str, no_serve_held_out: bool, changes: list[str]
+) -> dict[str, Any]:
+    """The spec as `start`'s flags change it, before any GPU time (carried_spec keeps these sections):
+    `--train-compile`, `--no-serve-held-out`, and the `--set` changes."""
+    spec = with_settings(spec, changes)
+    if train_compile != "auto":
+        spec["train"] = spec["train"] | {"compile": train_compile == "on"}
+    if no_serve_held_out and "held_out" in spec:
+        spec["held_out"] = spec["held_out"] | {"serve": False}
+    return spec
+
+
 def with_settings(spec: dict[str, Any], changes: list[str]) -> dict[str, Any]:
     """The spec with `--set SECTION.KEY=JSON` changes (a train recipe, e.g. train.norm_output=true), each
-    into an existing section: a misspelt section fails here, not as a 422 after the held-out answers."""
+    into an existing section and, for a stage's section, a field of its params: a misspelt name fails
+    here, not as a 422 after the held-out answers (run 13 lost 154 s to one)."""
+    from contract.stages import STAGES
+
     changed = dict(spec)
     for section, values in param_changes(changes).items():
         if not isinstance(changed.get(section), dict):
             raise SystemExit(f"--set {section}.*: the pipeline has no {section!r} section to change")
+        stage = STAGES.get(section)
+        unknown = sorted(set(values) - set(stage.params.model_fields)) if stage else []
+        if unknown:
+            raise SystemExit(f"--set {section}.{unknown[0]}: {section} has no such param")
         changed[section] = changed[section] | values
     return changed
 

@@ -187,6 +187,8 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
         compile_drafter=compiled,
     )
     run = _Run(ctx, params, ranks, inputs, fingerprint, drafter, optimizer, scheduler, position)
+    if inputs.device.type == "cuda":  # the peak reported is this run's, whatever ran before in the process
+        torch.cuda.reset_peak_memory_stats(inputs.device)
     if inputs.device.type == "cuda" and ranks.is_main and (holders := gpus.memory_holders(ctx.gpus)):
         ctx.log(f"warning: {holders}: this run may run out of memory", stream="stderr")
     _fit(run, trainer, plan)

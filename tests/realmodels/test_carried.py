@@ -106,18 +106,18 @@ def test_a_recipe_set_on_the_spec_without_serve_held_out_plans_as_the_api_valida
 ) -> None:
     """`start --no-serve-held-out --set train.norm_output=true --set train.train_lm_head=false` (GPU run
     14): train still validates on the held-out answers, nothing serves them, and the recipe reaches train's
-    params; a section the pipeline lacks is refused before any GPU time is spent."""
-    from real_model import with_settings
+    params; a section the pipeline lacks, or a param its stage lacks, is refused before any GPU time."""
+    from real_model import with_flags
 
     spec = pipeline_spec(
         tmp_path, tmp_path / "mtbench_eval.jsonl", 4000, 10, held_out=tmp_path / "q.jsonl", eval_step=False
     )
-    spec["held_out"]["serve"] = False  # what --no-serve-held-out does before carried_spec
+    recipe = ["train.norm_output=true", "train.train_lm_head=false"]
+    flagged = with_flags(spec, "auto", True, recipe)  # as `start` applies them, before any GPU time
     training, held_out = tmp_path / "carried" / "conversations.jsonl", tmp_path / "carried" / "held_out.jsonl"
     training.parent.mkdir()
     conversations(training, 3)
-    body = carried.carried_spec(spec, training, held_out, answer_tokens=384)
-    body = with_settings(body, ["train.norm_output=true", "train.train_lm_head=false"])
+    body = carried.carried_spec(flagged, training, held_out, answer_tokens=384)
     plan = {step.step: step for step in eagle3_plan(Eagle3PipelineCreate(**body), str(tmp_path / "runs/p"))}
     assert list(plan) == ["extract", "extract_held_out", "train", "fix_keys", "gpu_check", "benchmark"]
     train = plan["train"].params
@@ -126,8 +126,11 @@ def test_a_recipe_set_on_the_spec_without_serve_held_out_plans_as_the_api_valida
     assert (parsed.norm_output, parsed.train_lm_head) == (True, False)
     assert train["held_out_data"] == plan["extract_held_out"].params["output"]
     assert train["lr"] == spec["train"]["lr"]  # the rest of the section is kept
+    assert spec["held_out"]["serve"] is True  # the flags changed a copy
     with pytest.raises(SystemExit, match="no 'trian' section"):
-        with_settings(body, ["trian.norm_output=true"])
+        with_flags(spec, "auto", False, ["trian.norm_output=true"])
+    with pytest.raises(SystemExit, match="train.norm_ouput: train has no such param"):
+        with_flags(spec, "auto", False, ["train.norm_ouput=true"])
 
 
 def test_a_call_that_ends_before_generate_does_saves_what_it_has_as_partial(tmp_path: Path) -> None:

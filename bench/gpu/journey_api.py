@@ -26,20 +26,37 @@ SIDE_BY_SIDE_CONFIGS = "3,1,4 5,1,6 7,1,8"  # acceptance by depth is what the tr
 
 
 def run_sweep_job(
-    http: httpx.Client, spec: dict[str, Any], began: float, deadline_s: float
+    http: httpx.Client, spec: dict[str, Any], began: float, deadline_s: float, id_file: Path
 ) -> dict[str, Any]:
     """A benchmark job (a sweep spec as speculators_side_by_side.sweep_job writes it) at two rounds, the
-    fewest a sweep takes (acceptance is compared, not speed), followed until it ends or the deadline."""
-    spec["params"]["repeats"] = 2
-    created = http.post("/v1/jobs", json={"kind": "benchmark", **spec})
-    if created.status_code != 201:
-        raise SystemExit(created.text)
-    job_id = created.json()["id"]
+    fewest a sweep takes (acceptance is compared, not speed), followed until it ends or the deadline. Its id
+    is kept in `id_file`: a later call (the first ended inside the sweep, ~400 s for three chains) follows
+    that job instead of posting a second one behind it."""
+    if id_file.exists():
+        job_id = id_file.read_text().strip()
+        print(f"following the sweep job an earlier call posted: {job_id}", flush=True)
+    else:
+        spec["params"]["repeats"] = 2
+        created = http.post("/v1/jobs", json={"kind": "benchmark", **spec})
+        if created.status_code != 201:
+            raise SystemExit(created.text)
+        job_id = created.json()["id"]
+        id_file.write_text(job_id)
     while True:
         job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
         if job["state"] in ("succeeded", "failed", "cancelled") or time.monotonic() - began > deadline_s:
             return job
         time.sleep(3)
+
+
+def process_ended(pid: int) -> bool:
+    """Whether `pid` has exited: gone, or a zombie no one reaped (a detached child outlives the device command
+    that started it, and the GPU host's init may not reap it at once)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def detached(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -38,7 +38,7 @@ def recipe_sweep(args: argparse.Namespace) -> None:
     from speculators_side_by_side import sweep_job
 
     spec = sweep_job(work, Path(best["checkpoint"]), SIDE_BY_SIDE_CONFIGS)
-    job = run_sweep_job(http, spec, began, args.deadline_s)
+    job = run_sweep_job(http, spec, began, args.deadline_s, work / "recipes" / f"sweep_job_id_{name}")
     (out / "recipe_sweep.json").write_text(json.dumps({**choice, "swept": True, "job": job}, indent=2))
     print(f"recipe {name} sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from journey_api import (
     client,
     detached,
     posted_pipeline,
+    process_ended,
     run_sweep_job,
     train_job,
 )
@@ -57,7 +59,8 @@ def start_trainer(args: argparse.Namespace, trainer: str) -> None:
     work = args.work.resolve()
     command = trainer_command(trainer, _ended_train(args), work, eager=not args.spec_compile)
     print("starting:", " ".join(command), flush=True)
-    detached(command, work / f"{TRAINERS[trainer][0]}.log")
+    started = detached(command, work / f"{TRAINERS[trainer][0]}.log")
+    (work / f"{TRAINERS[trainer][0]}.pid").write_text(str(started.pid))  # spec-sweep waits for its exit
 
 
 def trainer_command(trainer: str, train: dict[str, Any], work: Path, *, eager: bool) -> list[str]:
@@ -82,19 +85,37 @@ def side_sweep(args: argparse.Namespace) -> None:
     record = work / folder / record_name
     began = time.monotonic()
     log = work / f"{folder}.log"
-    while not record.exists():
-        if time.monotonic() - began > args.deadline_s:
-            _bring_back(log, out)
-            raise SystemExit(f"{record_name} not written by the deadline: OUT/{log.name} is its log so far")
-        time.sleep(3)
+    if not _trainer_done(work, folder, lambda: time.monotonic() - began > args.deadline_s):
+        _bring_back(log, out)
+        raise SystemExit(
+            f"the {args.trainer} trainer has not ended by the deadline: OUT/{log.name} is its log"
+        )
     _bring_back(log, out)
-    (out / record_name).write_bytes(record.read_bytes())
+    if record.exists():
+        (out / record_name).write_bytes(record.read_bytes())
     job_file = work / folder / "sweep_job.json"
     if not job_file.exists():
         raise SystemExit(f"{args.trainer} wrote no draft to sweep: see {record} and WORK/{folder}.log")
-    job = run_sweep_job(client(work), json.loads(job_file.read_text()), began, args.deadline_s)
+    spec = json.loads(job_file.read_text())
+    job = run_sweep_job(client(work), spec, began, args.deadline_s, work / folder / "sweep_job_id")
     (out / f"{args.trainer}_sweep.json").write_text(json.dumps(job, indent=2))
     print(f"{args.trainer} draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
+
+
+def _trainer_done(work: Path, folder: str, late: Callable[[], bool], grace_s: float = 5.0) -> bool:
+    """Whether the detached trainer (its pid in WORK/<folder>.pid) has exited, waiting while `late()` is
+    false. Its record is written before its sweep spec and before the process lets go of the GPU, and the
+    sweep job's GPU gate fails a job that starts beside another process on the GPU: so the exit, not the
+    record, says the sweep may start."""
+    pid = int((work / f"{folder}.pid").read_text())
+    while not process_ended(pid):
+        if late():
+            return False
+        time.sleep(3)
+    time.sleep(
+        grace_s
+    )  # the driver frees an exited process's GPU memory a moment after; the gate does not retry
+    return True
 
 
 def _bring_back(log: Path, out: Path) -> None:

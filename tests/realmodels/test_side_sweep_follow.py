@@ -1,0 +1,83 @@
+"""`real_model.py spec-sweep` on the GPU host: it starts the reference trainer's draft sweep only once the
+trainer's process has exited (the sweep job's GPU gate fails a job that starts beside another process on the
+GPU), and a second call follows the sweep job the first one posted instead of posting another behind it (a
+three-chain sweep outlasts one device call). Real processes and the real API against PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
+
+from journey_api import process_ended, run_sweep_job
+from side_by_side_phases import _trainer_done
+
+from tests.app.test_jobs_api import job_count, register_host, submit
+
+
+def test_a_running_process_has_not_ended_and_a_reaped_or_zombie_one_has() -> None:
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert not process_ended(running.pid)
+    finally:
+        running.kill()
+    deadline = time.monotonic() + 10
+    while not process_ended(running.pid):  # killed, not yet reaped: a zombie, which holds no GPU memory
+        assert time.monotonic() < deadline, "a killed child never read as ended"
+        time.sleep(0.05)
+    running.wait()
+    assert process_ended(running.pid)
+
+
+def test_the_sweep_waits_for_the_trainer_to_exit_not_for_its_record(tmp_path: Path) -> None:
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    (tmp_path / "spec.pid").write_text(str(trainer.pid))
+    began = time.monotonic()
+    assert _trainer_done(tmp_path, "spec", lambda: time.monotonic() - began > 20, grace_s=0)
+    assert trainer.poll() is not None or process_ended(trainer.pid)
+    assert time.monotonic() - began >= 1.0
+    trainer.wait()
+
+
+def test_a_trainer_still_running_at_the_deadline_is_reported_not_swept(tmp_path: Path) -> None:
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / "spec.pid").write_text(str(trainer.pid))
+        assert not _trainer_done(tmp_path, "spec", lambda: True, grace_s=0)
+        assert trainer.poll() is None
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+
+def test_a_second_call_follows_the_posted_sweep_job(
+    client: TestClient, admin: dict[str, str], settings: object, tmp_path: Path
+) -> None:
+    register_host(settings)  # type: ignore[arg-type]
+    client.headers.update(admin)
+    earlier = submit(client, admin, params={"lines": 1})
+    assert client.post(f"/v1/jobs/{earlier['id']}/cancel").status_code == 202
+    id_file = tmp_path / "sweep_job_id"
+    id_file.write_text(str(earlier["id"]))
+    before = job_count(client, admin)
+    followed = run_sweep_job(client, {"host": "gpu-a", "params": {}}, time.monotonic(), 30, id_file)
+    assert followed["id"] == earlier["id"]
+    assert followed["state"] == "cancelled"
+    assert job_count(client, admin) == before  # nothing posted
+
+
+def test_a_refused_sweep_leaves_no_id_to_follow(
+    client: TestClient, admin: dict[str, str], settings: object, tmp_path: Path
+) -> None:
+    register_host(settings)  # type: ignore[arg-type]
+    client.headers.update(admin)
+    id_file = tmp_path / "sweep_job_id"
+    with pytest.raises(SystemExit, match="INVALID_PARAMS"):
+        run_sweep_job(client, {"host": "gpu-a", "params": {"mode": "sweep"}}, time.monotonic(), 30, id_file)
+    assert not id_file.exists()

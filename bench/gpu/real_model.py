@@ -58,7 +58,7 @@ from journey_api import (
     train_job,
 )
 from recipe_sweep import recipe_sweep
-from side_by_side_phases import side_sweep, start_trainer
+from side_by_side_phases import TRAINERS, side_sweep, start_trainer
 
 from cli.pipelines import param_changes
 from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
@@ -299,9 +299,13 @@ def specforge(args: argparse.Namespace) -> None:
 
 
 def draft_parts(args: argparse.Namespace) -> None:
-    """The pipeline's SGLang draft (fix_keys' output, ~47 MB for SmolLM2) to OUT for a CPU's analysis, in
-    parts (carried.save_draft; `carried.unpack_draft` makes it whole)."""
+    """An SGLang draft (~47 MB for SmolLM2) to OUT for a CPU's analysis, in parts (carried.save_draft;
+    `carried.unpack_draft` makes it whole): the pipeline's fix_keys output, or with `--draft-of TRAINER` the
+    reference trainer's fix-keyed draft (run 15 served speculators' and kept none of it to compare)."""
     work = args.work.resolve()
+    if args.draft_of != "pipeline":
+        carried.save_draft(work / TRAINERS[args.draft_of][0] / "sglang_draft", args.out)
+        return
     fix_keys = next(
         j for j in posted_pipeline(client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys"
     )
@@ -331,6 +335,12 @@ def main() -> None:
         "--spec-compile", action="store_true", help="speculators: its own torch.compile (default: --eager)"
     )
     parser.add_argument("--trainer", choices=["speculators", "specforge"], default="speculators")
+    parser.add_argument(
+        "--draft-of",
+        choices=["pipeline", *TRAINERS],
+        default="pipeline",
+        help="draft-parts: whose SGLang draft (the pipeline's, or a reference trainer's)",
+    )
     parser.add_argument("--recipe-set", choices=sorted(RECIPE_SETS), default="data-size")
     parser.add_argument("--only", action="append", help="recipes: only this variant of the set (repeatable)")
     parser.add_argument(

@@ -81,3 +81,25 @@ def test_a_refused_sweep_leaves_no_id_to_follow(
     with pytest.raises(SystemExit, match="INVALID_PARAMS"):
         run_sweep_job(client, {"host": "gpu-a", "params": {"mode": "sweep"}}, time.monotonic(), 30, id_file)
     assert not id_file.exists()
+
+
+def test_draft_parts_brings_back_the_reference_trainers_draft_whole(tmp_path: Path) -> None:
+    """`real_model.py draft-parts WORK OUT --draft-of speculators`: its fix-keyed draft in parts, whole again
+    by `carried.unpack_draft` (run 15 served speculators' draft and brought none of it back to compare)."""
+    import argparse
+    import os
+
+    import carried
+    from real_model import draft_parts
+
+    draft = tmp_path / "work" / "spec" / "sglang_draft"
+    draft.mkdir(parents=True)
+    weights = os.urandom(carried.DRAFT_PART_BYTES + 1000)  # two parts
+    (draft / carried.DRAFT_WEIGHTS).write_bytes(weights)
+    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    out = tmp_path / "out"
+    draft_parts(argparse.Namespace(work=tmp_path / "work", out=out, draft_of="speculators"))
+    whole = carried.unpack_draft(out, tmp_path / "whole")
+    assert whole is not None
+    assert (whole / carried.DRAFT_WEIGHTS).read_bytes() == weights
+    assert len(list(out.glob(f"{carried.DRAFT_WEIGHTS}.part*"))) == 2

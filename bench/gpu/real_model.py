@@ -253,6 +253,7 @@ def direct(args: argparse.Namespace) -> None:
 RECIPE_SETS = {
     "data-size": {
         "n1000": {"train_samples": 1000},
+        "n2000": {"train_samples": 2000},  # with n1000, the points under a 4,000-conversation pipeline
         "n4000": {"train_samples": 4000},
         "n8000": {"train_samples": 8000},
     },

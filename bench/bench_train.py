@@ -46,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from contract.params.train import TrainParams
 from drafting.ml.argmax_cache import ArgmaxCache
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.packing import epoch_packs, packing_report, row_layout
@@ -117,10 +118,19 @@ def _sync(device: torch.device) -> None:
 
 
 def build(
-    shape: dict[str, int], args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+    shape: dict[str, int],
+    args: argparse.Namespace,
+    device: torch.device,
+    dtype: torch.dtype,
+    recipe: dict[str, bool] | None = None,
 ) -> Trainer:
+    """The trainer at `shape`: with the lm_head trained and no norm_output (the yardstick's work, and runs
+    10-13's), or with `recipe`'s `norm_output` and `train_lm_head` as the train stage applies them."""
+    recipe = recipe or {"norm_output": False, "train_lm_head": True}
     torch.manual_seed(0)
-    drafter = Eagle3Drafter(drafter_config(shape))
+    drafter = Eagle3Drafter({**drafter_config(shape), "norm_output": recipe["norm_output"]})
+    if not recipe["train_lm_head"]:  # as the stage freezes it: the optimizer takes what requires grad
+        drafter.lm_head.weight.requires_grad_(False)
     drafter.set_vocab_mapping(
         torch.arange(shape["draft_vocab_size"]) * 3 - torch.arange(shape["draft_vocab_size"])
     )
@@ -225,6 +235,25 @@ def pack_comparison(
     speedup = results["packed"]["tokens_per_s"] / results["unpacked"]["tokens_per_s"]
     results["packed_over_unpacked_tokens_per_s"] = round(speedup, 3)
     return results
+
+
+def stage_recipe_steps(
+    shape: dict[str, int], args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+) -> dict[str, Any]:
+    """A step with the train stage's default recipe (GPU run 14: `norm_output` on, lm_head frozen, as
+    speculators trains), after a sample's first epoch. A frozen lm_head skips its weight gradient, one
+    matmul of the draft vocab per TTT pass: less work than the yardstick's step, and what users run."""
+    fields = TrainParams.model_fields
+    recipe = {key: bool(fields[key].default) for key in ("norm_output", "train_lm_head")}
+    trainer = build(shape, args, device, dtype, recipe)
+    batch = synthetic_batch(shape, args, device)
+    time_steps(trainer, batch, args.warmup, 1)  # the compiles, and the argmax kept for what follows
+    step_s = time_steps(trainer, batch, 1, args.steps)
+    return {
+        **recipe,
+        "step_ms": round(step_s * 1e3, 1),
+        "tokens_per_s": round(args.batch * args.seq / step_s),
+    }
 
 
 def measure(trainer: Trainer, batches: list[Batch], warmup: int) -> dict[str, Any]:
@@ -363,6 +392,11 @@ def main() -> None:
     )
     parser.add_argument("--profile", action="store_true", help="also profile --steps steps by kernel kind")
     parser.add_argument("--yardstick", type=Path, help="run this yardstick script after, in the same command")
+    parser.add_argument(
+        "--stage-recipe",
+        action="store_true",
+        help="also time a step with the train stage's default recipe (norm_output, frozen lm_head)",
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.small
     device = torch.device("cuda" if cuda else "cpu")
@@ -411,11 +445,18 @@ def main() -> None:
         result["pack"] = pack_comparison(trainer, shape, args, device)
     if cuda:
         result["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+    if args.stage_recipe:
+        del trainer, batch  # one 8B-shaped drafter and its optimizer on the GPU at a time
+        result["stage_recipe"] = stage_recipe_steps(shape, args, device, dtype)
     if args.yardstick is not None:
         result["yardstick"] = run_yardstick(args.yardstick, args.batch, result["tokens_per_s"])
         if ratio := result["yardstick"].get("eyas_over_compiled_yardstick"):
             first = ratio * result["first_epoch_tokens_per_s"] / result["tokens_per_s"]
             result["yardstick"]["first_epoch_over_compiled_yardstick"] = round(first, 3)
+            if recipe := result.get("stage_recipe"):
+                recipe["over_compiled_yardstick"] = round(
+                    ratio * recipe["tokens_per_s"] / result["tokens_per_s"], 3
+                )
     print(json.dumps(result))
 
 

@@ -26,7 +26,15 @@ def test_bench_train_profiles_its_steps_and_runs_the_yardstick_beside_them(tmp_p
         "print('warming up')\n"
         "print(json.dumps({'eager': {'tokens_per_s': 100}, 'compiled': {'tokens_per_s': 400}}))\n"
     )
-    command = [sys.executable, str(BENCH), "--small", "--profile", "--yardstick", str(stand_in)]
+    command = [
+        sys.executable,
+        str(BENCH),
+        "--small",
+        "--profile",
+        "--stage-recipe",
+        "--yardstick",
+        str(stand_in),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -49,6 +57,34 @@ def test_bench_train_profiles_its_steps_and_runs_the_yardstick_beside_them(tmp_p
     yardstick = result["yardstick"]
     assert yardstick["result"]["compiled"]["tokens_per_s"] == 400
     assert yardstick["eyas_over_compiled_yardstick"] == round(result["tokens_per_s"] / 400, 3)
+    recipe = result["stage_recipe"]  # the train stage's defaults since GPU run 14
+    assert (recipe["norm_output"], recipe["train_lm_head"]) == (True, False)
+    assert recipe["step_ms"] > 0
+    assert recipe["over_compiled_yardstick"] == pytest.approx(recipe["tokens_per_s"] / 400, abs=0.002)
+
+
+def test_the_stage_recipe_trainer_freezes_the_head_as_the_stage_does() -> None:
+    import argparse
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("eyas_bench_train", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(ttt=3, attention="dense", compile=False)
+    cpu = torch.device("cpu")
+    frozen = bench.build(bench.SMALL, args, cpu, torch.float32, {"norm_output": True, "train_lm_head": False})
+    trained = bench.build(bench.SMALL, args, cpu, torch.float32)
+    assert frozen.drafter.norm_output
+    assert not trained.drafter.norm_output
+    assert not frozen.drafter.lm_head.weight.requires_grad
+    optimized = {id(p) for group in frozen.optimizer.param_groups for p in group["params"]}
+    assert id(frozen.drafter.lm_head.weight) not in optimized
+    assert id(trained.drafter.lm_head.weight) in {
+        id(p) for g in trained.optimizer.param_groups for p in g["params"]
+    }
 
 
 def test_a_yardstick_that_fails_is_reported_not_hidden(tmp_path: Path) -> None:

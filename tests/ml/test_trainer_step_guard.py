@@ -19,7 +19,9 @@ def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 
 def _unchanged(trainer: Trainer, before: dict[str, torch.Tensor]) -> bool:
-    return all(torch.equal(before[name], p) for name, p in trainer.drafter.named_parameters() if name in before)
+    return all(
+        torch.equal(before[name], p) for name, p in trainer.drafter.named_parameters() if name in before
+    )
 
 
 def test_a_finite_step_returns_the_loss_and_the_norm_and_moves_the_weights() -> None:

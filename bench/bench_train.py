@@ -15,6 +15,10 @@ measures the bf16 matmul peak in the same process, so the MFU does not depend on
 train stage does (unpacked: `batch` samples padded to the longest, rounded up to 128 on a GPU; packed:
 `batch` rows of up to `seq` tokens), and real (unpadded) tokens/s of each over the same number of steps.
 
+`--stage-recipe` adds `stage_recipe`: a step with the train stage's default recipe (`norm_output` on, lm_head
+frozen, since GPU run 14), which skips the head's weight gradient, so it does less work than the yardstick;
+the main figures keep the yardstick's work (the head trained), as runs 10-13 measured.
+
 `--profile` adds `profile`: torch.profiler over `--steps` more steps, device time per step by kind of kernel
 (attention, matmul, loss, optimizer, norm, other) and the top kernels: what limits the step. `--yardstick
 PATH` runs that script (the shared drafter_step_bench.py, `PATH BATCH`) after eyas's steps, in a child

@@ -238,8 +238,8 @@ class Trainer:
         The host waits on the GPU once, after the gradients and before the weights change: that is where a
         non-finite loss or gradient is stopped. GPU run 13's profile found the H200 waiting on the host ~5 ms
         of a 131 ms step, when this waited between forward and backward and again for the grad norm after
-        the optimizer had run. Under DDP the ranks also agree before backward, which all-reduces: a rank whose forward
-        ran out of memory cannot join it, and the others would wait for it forever."""
+        the optimizer had run. Under DDP the ranks also agree before backward, which all-reduces: a rank
+        whose forward ran out of memory cannot join it, and the others would wait for it forever."""
         if stop_requested and not self.ranks.distributed:
             raise StopRequested()
         self.drafter.train()

@@ -28,8 +28,10 @@ def test_a_finite_step_returns_the_loss_and_the_norm_and_moves_the_weights() -> 
     trainer = _trainer("dense")
     before = _weights(trainer)
     loss, grad_norm, stats = trainer.step(_alone(_sample(12, 0)), 0)
-    assert math.isfinite(loss) and loss > 0
-    assert math.isfinite(grad_norm) and grad_norm > 0
+    assert math.isfinite(loss)
+    assert loss > 0
+    assert math.isfinite(grad_norm)
+    assert grad_norm > 0
     assert stats.shape[1] == trainer.ttt_steps
     assert not _unchanged(trainer, before)
     assert trainer.scheduler.last_epoch == 1

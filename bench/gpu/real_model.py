@@ -287,6 +287,13 @@ def main() -> None:
     )
     parser.add_argument("--trainer", choices=["speculators", "specforge"], default="speculators")
     parser.add_argument(
+        "--sweep-prompts",
+        choices=["eval", "held-out"],
+        default="eval",
+        help="spec-sweep: the 8 eval questions (192 tokens, ignore_eos), or the 72 held-out ones as the "
+        "pipeline's serve_held_out asks them (the draft's held-out figure beside the pipeline drafter's)",
+    )
+    parser.add_argument(
         "--draft-of",
         choices=["pipeline", *TRAINERS],
         default="pipeline",

@@ -28,6 +28,9 @@ from journey_api import (
     train_job,
 )
 
+from app.pipelines.templates import ALL_PROMPTS, HELD_OUT_CONCURRENCY
+from drafting.realmodels.demo import ANSWER_TOKENS
+
 # trainer: (folder in WORK, its record, what its script takes of the pipeline's TRAIN_SETTINGS)
 TRAINERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "speculators": ("spec", "speculators_run.json", TRAIN_SETTINGS),
@@ -96,10 +99,38 @@ def side_sweep(args: argparse.Namespace) -> None:
     job_file = work / folder / "sweep_job.json"
     if not job_file.exists():
         raise SystemExit(f"{args.trainer} wrote no draft to sweep: see {record} and WORK/{folder}.log")
-    spec = json.loads(job_file.read_text())
-    job = run_sweep_job(client(work), spec, began, args.deadline_s, work / folder / "sweep_job_id")
-    (out / f"{args.trainer}_sweep.json").write_text(json.dumps(job, indent=2))
+    spec, suffix = json.loads(job_file.read_text()), ""
+    if args.sweep_prompts == "held-out":
+        spec, suffix = on_held_out(spec, posted_pipeline(client(work), work)), "_held_out"
+    job = run_sweep_job(client(work), spec, began, args.deadline_s, work / folder / f"sweep_job_id{suffix}")
+    (out / f"{args.trainer}_sweep{suffix}.json").write_text(json.dumps(job, indent=2))
     print(f"{args.trainer} draft sweep {job['state']}: {json.dumps(job.get('result'))[:1500]}", flush=True)
+
+
+def on_held_out(spec: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any]:
+    """`spec` (a draft's sweep on the 8 eval questions, 192 tokens past the end of turn) asked as the
+    pipeline's serve_held_out step asks its drafter: the held-out conversations' prompts, every one, with the
+    budget their answers were made with, ending at their end of turn, 8 at a time, no speed gate. Run 15's
+    8 questions (one a category) moved by more than the trainers differ; 72 questions judge two drafts
+    better, and the pipeline's own drafter has the same figure from serve_held_out."""
+    held_out = pipeline["spec"].get("held_out")
+    if not held_out:
+        raise SystemExit("the pipeline has no held-out set: `start --held-out 72` makes one")
+    conversations = held_out.get("conversations") or next(
+        (j["result"] or {}).get("conversations")
+        for j in pipeline["jobs"]
+        if j["pipeline_step"] == "generate_held_out"
+    )
+    params = {
+        **spec["params"],
+        "prompts": conversations,
+        "max_prompts": ALL_PROMPTS,
+        "max_new_tokens": held_out.get("max_new_tokens") or ANSWER_TOKENS,
+        "ignore_eos": False,
+        "concurrency": HELD_OUT_CONCURRENCY,
+        "speedup_threshold": 0.0,
+    }
+    return {**spec, "params": params}
 
 
 def _trainer_done(work: Path, folder: str, late: Callable[[], bool], grace_s: float = 5.0) -> bool:

@@ -103,3 +103,52 @@ def test_draft_parts_brings_back_the_reference_trainers_draft_whole(tmp_path: Pa
     assert whole is not None
     assert (whole / carried.DRAFT_WEIGHTS).read_bytes() == weights
     assert len(list(out.glob(f"{carried.DRAFT_WEIGHTS}.part*"))) == 2
+
+
+def _sweep_spec(tmp_path: Path) -> dict[str, object]:
+    """speculators_side_by_side.sweep_job's spec for a draft, as the GPU journey writes it."""
+    from speculators_side_by_side import sweep_job
+
+    (tmp_path / "mtbench_eval.jsonl").write_text('{"turns": ["hi"]}\n')
+    return sweep_job(tmp_path, tmp_path / "spec" / "sglang_draft", "3,1,4 5,1,6 7,1,8")
+
+
+@pytest.mark.parametrize("carried", [True, False])
+def test_a_draft_swept_on_held_out_is_asked_as_serve_held_out_asks(tmp_path: Path, carried: bool) -> None:
+    from side_by_side_phases import on_held_out
+
+    from app.pipelines.templates import ALL_PROMPTS, HELD_OUT_CONCURRENCY
+    from contract.params.benchmark import BenchmarkParams
+
+    held_file = str(tmp_path / "held_out.jsonl")
+    held = {"prompts": None, "conversations": held_file, "serve": False, "max_new_tokens": 384}
+    jobs = [{"pipeline_step": "train", "result": {}}]
+    if (
+        not carried
+    ):  # generate_held_out answered the held-out questions: its output is what train validated on
+        held = {
+            "prompts": str(tmp_path / "q.jsonl"),
+            "conversations": None,
+            "serve": True,
+            "max_new_tokens": None,
+        }
+        jobs.append({"pipeline_step": "generate_held_out", "result": {"conversations": held_file}})
+    spec = _sweep_spec(tmp_path)
+    swept = on_held_out(spec, {"spec": {"held_out": held}, "jobs": jobs})
+    params = swept["params"]
+    assert params["prompts"] == held_file
+    assert (params["max_prompts"], params["concurrency"]) == (ALL_PROMPTS, HELD_OUT_CONCURRENCY)
+    assert params["ignore_eos"] is False
+    assert params["max_new_tokens"] == 384
+    assert params["speedup_threshold"] == 0.0
+    assert params["configs"] == spec["params"]["configs"]  # type: ignore[index]
+    assert params["launch"]["draft"] == str(tmp_path / "spec" / "sglang_draft")
+    assert swept["host"] == "h200"
+    BenchmarkParams.model_validate(params)  # what the API takes
+
+
+def test_a_pipeline_without_held_out_is_refused_with_the_flag_that_makes_one(tmp_path: Path) -> None:
+    from side_by_side_phases import on_held_out
+
+    with pytest.raises(SystemExit, match="--held-out 72"):
+        on_held_out(_sweep_spec(tmp_path), {"spec": {"held_out": None}, "jobs": []})

@@ -143,9 +143,8 @@ def _trainer_done(work: Path, folder: str, late: Callable[[], bool], grace_s: fl
         if late():
             return False
         time.sleep(3)
-    time.sleep(
-        grace_s
-    )  # the driver frees an exited process's GPU memory a moment after; the gate does not retry
+    # The driver frees an exited process's GPU memory a moment after, and the gate does not retry.
+    time.sleep(grace_s)
     return True
 
 

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.config import Settings
-from drafting.ml.demo_assets import demo_pipeline_spec
+from drafting.ml.demo_assets import chat_prompt, demo_pipeline_spec
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import chat, successor_target, write_jsonl
 from tests.test_cli import eyas
@@ -41,8 +41,9 @@ def workspace(settings: Settings) -> Path:
     successor_target(root / "target")
     rng = random.Random(0)
     write_jsonl(root / "chats.jsonl", [chat(rng, turns=2, words=12) for _ in range(48)])
-    write_jsonl(
-        root / "p.jsonl", [{"text": " ".join(f"w{rng.randrange(40)}" for _ in range(12))} for _ in range(4)]
+    write_jsonl(  # chat turns, as the demo asks (demo_assets.chat_prompt says why)
+        root / "p.jsonl",
+        [chat_prompt(" ".join(f"w{rng.randrange(40)}" for _ in range(12))) for _ in range(4)],
     )
     return root
 

@@ -17,15 +17,19 @@ from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
 from drafting.serving.prompts import Prompt
 from drafting.serving.prompts.categories import benchmark_prompt_report
-from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder
+from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder, raw_text_note
 from drafting.serving.sweep import format_table, run_sweep
 from drafting.stages.base import StageContext, StageError, stage_prompts
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
+    tokenizer_folder = benchmark_tokenizer_folder(params)
     prompts: list[Prompt] = stage_prompts(
-        params.prompts, params.max_prompts, chat_template_from=benchmark_tokenizer_folder(params)
+        params.prompts, params.max_prompts, chat_template_from=tokenizer_folder
     )
+    note = raw_text_note(prompts, tokenizer_folder)
+    if note is not None:
+        ctx.log(f"warning: {note}")
     if params.mode == "single":
         assert params.url is not None
         try:
@@ -40,12 +44,14 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
         except RuntimeError as exc:
             raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
         ctx.log(f"result: {_headline(measured.summary)}")
-        about = benchmark_prompt_report(params.prompts, prompts, measured.records)
+        about = benchmark_prompt_report(params.prompts, prompts, measured.records, note)
         return {"mode": "single", "url": params.url, **measured.as_dict(), **about}
-    return _sweep(ctx, params, prompts)
+    return _sweep(ctx, params, prompts, note)
 
 
-def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) -> dict[str, Any]:
+def _sweep(
+    ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt], note: str | None
+) -> dict[str, Any]:
     result = run_sweep(ctx, params, prompts)
     ctx.log("config sweep:\n" + format_table(result["rows"]))
     gate = result["gate"]
@@ -58,7 +64,7 @@ def _sweep(ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt]) ->
             details={"mode": "sweep", **result},
         )
     ctx.log("release gate: " + gate["verdict"])
-    return {"mode": "sweep", **result, **benchmark_prompt_report(params.prompts, prompts)}
+    return {"mode": "sweep", **result, **benchmark_prompt_report(params.prompts, prompts, None, note)}
 
 
 def _headline(summary: dict[str, Any]) -> str:

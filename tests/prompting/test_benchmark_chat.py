@@ -60,6 +60,7 @@ def test_chat_prompts_are_rendered_sent_as_ids_and_reported_per_category(
     expected = [len(render_ids(tokenizer, [{"role": "user", "content": q}])[1]) for q, _ in QUESTIONS]
     assert [r["prompt_tokens"] for r in result["per_request"]] == expected  # the template's ids, no BOS added
     assert result["prompt_set"]["chat_prompts"] == 3
+    assert "raw_text_note" not in result["prompt_set"]  # every prompt went through the template
     assert result["prompt_set"]["categories"] == ["alpha", "beta"]
     by_category = result["by_category"]
     assert list(by_category) == ["alpha", "beta"]
@@ -67,3 +68,18 @@ def test_chat_prompts_are_rendered_sent_as_ids_and_reported_per_category(
     verify = [r["spec_verify_ct"] for r in result["per_request"]]
     assert by_category["beta"]["verify_steps"] == verify[1]
     assert by_category["beta"]["accept_length_meta"] == pytest.approx(8 / verify[1], abs=1e-4)
+
+
+def test_raw_text_prompts_to_a_chat_target_are_flagged_in_the_log_and_the_result(
+    server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = server
+    prompts = tmp_path / "raw.jsonl"
+    prompts.write_text("\n".join(json.dumps({"text": q}) for q, _ in QUESTIONS) + "\n")
+    params = BenchmarkParams(url=url, prompts=str(prompts), max_new_tokens=4, warmup_requests=0)
+    ctx = RecordingContext(work_dir=tmp_path)
+    result = benchmark_stage.run(ctx, params)
+    assert result["failed_requests"] == 0  # a warning, not a refusal: raw text is a valid request
+    note = result["prompt_set"]["raw_text_note"]
+    assert note.startswith("3 of 3 prompts are raw text, sent without the target's chat template")
+    assert any(note in line for line in ctx.lines)

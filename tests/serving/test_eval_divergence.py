@@ -119,6 +119,7 @@ def test_the_eval_stage_renders_chat_prompts_and_reports_categories(
     result = evaluate.run(StageContext(work_dir=tmp_path), params)
     assert result["prompt_set"]["chat_prompts"] == 2
     assert "1 later user turn(s) were left out" in result["prompt_set"]["turns"]
+    assert result["prompt_set"]["raw_text_note"].startswith("1 of 3 prompts are raw text")
     depth = result["depths"][0]
     assert depth["outputs_match"] is True
     assert set(depth["by_category"]) == {"a", "b", "(none)"}

@@ -105,8 +105,11 @@ def has_chat(prompts: Sequence[Prompt]) -> bool:
     return any(p.needs_rendering for p in prompts)
 
 
-def set_summary(source: str | Path | None, prompts: Sequence[Prompt]) -> dict[str, Any]:
-    """What a result says about its prompts: the set, how many, chat or raw, and which turns were asked."""
+def set_summary(
+    source: str | Path | None, prompts: Sequence[Prompt], raw_text_note: str | None = None
+) -> dict[str, Any]:
+    """What a result says about its prompts: the set, how many, chat or raw, which turns were asked, and
+    `raw_text_note` (chat_source.raw_text_note) when raw text went to a chat target."""
     chat = [p for p in prompts if p.messages is not None]
     summary: dict[str, Any] = {
         "set": describe(source),
@@ -124,6 +127,8 @@ def set_summary(source: str | Path | None, prompts: Sequence[Prompt]) -> dict[st
         )
     if isinstance(source, str) and source in NAMED_SETS:
         summary["provider"] = NAMED_SETS[source].provider
+    if raw_text_note is not None:
+        summary["raw_text_note"] = raw_text_note
     return summary
 
 

@@ -59,11 +59,14 @@ def request_tallies(categories: Sequence[str | None], records: Sequence[Any]) ->
 
 
 def benchmark_prompt_report(
-    source: str | None, prompts: Sequence[Any], records: Sequence[Any] | None = None
+    source: str | None,
+    prompts: Sequence[Any],
+    records: Sequence[Any] | None = None,
+    raw_text_note: str | None = None,
 ) -> dict[str, Any]:
     """What a benchmark result says about its prompts: the set, chat or raw, which turns were asked
     (`prompt_set`), and with per-request records, meta_info's accept length per category (`by_category`)."""
-    report: dict[str, Any] = {"prompt_set": set_summary(source, prompts)}
+    report: dict[str, Any] = {"prompt_set": set_summary(source, prompts, raw_text_note)}
     if records is not None:
         categories = by_category(request_tallies([p.category for p in prompts], records))
         if categories is not None:

@@ -7,11 +7,13 @@ folder is used when it exists on this host: the same tokenizer the server itself
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from drafting.prompting.chat import has_chat_template
 from drafting.userfiles import check_model_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
@@ -29,6 +31,23 @@ def load_tokenizer(folder: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
+
+
+def raw_text_note(prompts: Sequence[Any], tokenizer_folder: str | Path | None) -> str | None:
+    """A warning when prompts go as raw text to a target whose tokenizer has a chat template. A drafter
+    trained on chat conversations then reads text it never saw, and acceptance reads low: eyas's demo
+    drafter accepted 1.55 at depth 3 on its prompts as raw text, 4.00 on the same words asked as chat turns
+    (docs/training.md). Token-id prompts are sent as given, on purpose, and are not counted."""
+    raw = sum(1 for p in prompts if p.messages is None and p.input_ids is None)
+    if not raw or tokenizer_folder is None or not has_tokenizer(tokenizer_folder):
+        return None
+    if not has_chat_template(load_tokenizer(tokenizer_folder)):
+        return None
+    return (
+        f"{raw} of {len(prompts)} prompts are raw text, sent without the target's chat template: a drafter "
+        "trained on chat conversations reads them as text it never saw, and acceptance reads low. For chat "
+        'traffic give chat records ({"messages": [...]}, ShareGPT conversations or MT-Bench turns)'
+    )
 
 
 def server_tokenizer_folder(url: str, *, timeout_s: float = 30) -> str | None:

@@ -116,11 +116,12 @@ def on_held_out(spec: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any
     held_out = pipeline["spec"].get("held_out")
     if not held_out:
         raise SystemExit("the pipeline has no held-out set: `start --held-out 72` makes one")
-    conversations = held_out.get("conversations") or next(
-        (j["result"] or {}).get("conversations")
-        for j in pipeline["jobs"]
-        if j["pipeline_step"] == "generate_held_out"
-    )
+    conversations = held_out.get("conversations")  # given (start --carried), or generate_held_out's output
+    if not conversations:
+        answered = next((j for j in pipeline["jobs"] if j["pipeline_step"] == "generate_held_out"), {})
+        conversations = (answered.get("result") or {}).get("conversations")
+    if not conversations:
+        raise SystemExit("the held-out answers are not written yet: generate_held_out has not succeeded")
     params = {
         **spec["params"],
         "prompts": conversations,

@@ -119,7 +119,8 @@ def chat_prompt(text: str) -> dict[str, Any]:
     """A user turn the benchmark renders with the target's chat template, as chat traffic and the training
     conversations are. Sent as raw text, without the template, the prompts are text no training sample
     looks like. The demo's drafter trained with `norm_output` (the default) then accepted 1.55 at depth 3,
-    the pre-norm one 2.61. As chat turns the two accept 4.00 and 3.77 (eyas eval, 4 prompts, 24 tokens).
+    the pre-norm one 2.61. As chat turns the two accept 4.00 and 3.77 (eyas eval, 4 prompts, 24 tokens;
+    a constructed target: the size of the effect, not a quality figure).
     Until this changed, the demo kept `norm_output` off, for a cause misread as the recipe's."""
     return {"messages": [{"role": "user", "content": text}]}
 

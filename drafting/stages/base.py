@@ -136,18 +136,24 @@ class StageContext:
 
 
 def stage_prompts(
-    path: str | Path | None, limit: int, *, chat_template_from: str | Path | None = None
-) -> list[Any]:
+    ctx: StageContext, path: str | Path | None, limit: int, *, chat_template_from: str | Path | None = None
+) -> tuple[list[Any], str | None]:
     """The prompt set (a path or a named set) of an eval or benchmark stage, chat records rendered with the
-    chat template of the tokenizer in `chat_template_from`: a path eyas will not read → BAD_INPUT, a set it
-    cannot parse or render → DATA_MISMATCH, both naming the path."""
+    chat template of the tokenizer in `chat_template_from`, and the warning (logged, and returned for the
+    result) when raw-text prompts go to a target with a chat template (chat_source.raw_text_note). A path
+    eyas will not read → BAD_INPUT, a set it cannot parse or render → DATA_MISMATCH, both naming the path."""
     from drafting.serving.prompts import prepare_prompts  # serving imports this module: import when called
+    from drafting.serving.prompts.chat_source import raw_text_note
 
     try:
-        return list(prepare_prompts(path, limit=limit, tokenizer_folder=chat_template_from))
+        prompts = list(prepare_prompts(path, limit=limit, tokenizer_folder=chat_template_from))
+        note = raw_text_note(prompts, chat_template_from)
     except UserFileError as exc:  # a FIFO, a device, too large: the user's path
         raise StageError.bad_input(exc) from exc
     except (OSError, ValueError) as exc:
         raise StageError(
             f"cannot read the prompt set: {exc}", reason=TerminationReason.DATA_MISMATCH
         ) from exc
+    if note is not None:
+        ctx.log(f"warning: {note}")
+    return prompts, note

@@ -17,19 +17,15 @@ from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
 from drafting.serving.prompts import Prompt
 from drafting.serving.prompts.categories import benchmark_prompt_report
-from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder, raw_text_note
+from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder
 from drafting.serving.sweep import format_table, run_sweep
 from drafting.stages.base import StageContext, StageError, stage_prompts
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
-    tokenizer_folder = benchmark_tokenizer_folder(params)
-    prompts: list[Prompt] = stage_prompts(
-        params.prompts, params.max_prompts, chat_template_from=tokenizer_folder
+    prompts, note = stage_prompts(
+        ctx, params.prompts, params.max_prompts, chat_template_from=benchmark_tokenizer_folder(params)
     )
-    note = raw_text_note(prompts, tokenizer_folder)
-    if note is not None:
-        ctx.log(f"warning: {note}")
     if params.mode == "single":
         assert params.url is not None
         try:

@@ -11,7 +11,6 @@ from drafting.serving.divergence import TargetScorer
 from drafting.serving.evaluation import LoadedTargetScorer, evaluate_acceptance
 from drafting.serving.models import DTYPES, LoadedModels, load_models, pick_device
 from drafting.serving.prompts import set_summary
-from drafting.serving.prompts.chat_source import raw_text_note
 from drafting.stages.base import StageContext, stage_prompts
 
 
@@ -20,16 +19,13 @@ def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
     dtype_name = (
         params.dtype if params.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     )
-    prompts = stage_prompts(params.prompts, params.max_prompts, chat_template_from=params.model)
-    note = raw_text_note(prompts, params.model)
+    prompts, note = stage_prompts(ctx, params.prompts, params.max_prompts, chat_template_from=params.model)
     summary = set_summary(params.prompts, prompts, note)
     ctx.log(
         f"eval: {len(prompts)} prompts of {summary['set']}, depths {params.depths}, {device} {dtype_name}"
     )
     if "turns" in summary:
         ctx.log(f"eval: {summary['turns']}")
-    if note is not None:
-        ctx.log(f"eval: warning: {note}")
     models = load_models(params.model, params.draft, device=device, dtype=DTYPES[dtype_name])
 
     def progress(done: int, total: int) -> None:

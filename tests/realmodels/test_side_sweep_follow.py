@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.core.config import Settings
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 
 from journey_api import process_ended, run_sweep_job
@@ -35,7 +37,7 @@ def test_a_running_process_has_not_ended_and_a_reaped_or_zombie_one_has() -> Non
     assert process_ended(running.pid)
 
 
-def test_the_sweep_waits_for_the_trainer_to_exit_not_for_its_record(tmp_path: Path) -> None:
+def test_the_sweep_waits_for_the_trainers_process_to_exit(tmp_path: Path) -> None:
     trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
     (tmp_path / "spec.pid").write_text(str(trainer.pid))
     began = time.monotonic()
@@ -57,9 +59,9 @@ def test_a_trainer_still_running_at_the_deadline_is_reported_not_swept(tmp_path:
 
 
 def test_a_second_call_follows_the_posted_sweep_job(
-    client: TestClient, admin: dict[str, str], settings: object, tmp_path: Path
+    client: TestClient, admin: dict[str, str], settings: Settings, tmp_path: Path
 ) -> None:
-    register_host(settings)  # type: ignore[arg-type]
+    register_host(settings)
     client.headers.update(admin)
     earlier = submit(client, admin, params={"lines": 1})
     assert client.post(f"/v1/jobs/{earlier['id']}/cancel").status_code == 202
@@ -73,9 +75,9 @@ def test_a_second_call_follows_the_posted_sweep_job(
 
 
 def test_a_refused_sweep_leaves_no_id_to_follow(
-    client: TestClient, admin: dict[str, str], settings: object, tmp_path: Path
+    client: TestClient, admin: dict[str, str], settings: Settings, tmp_path: Path
 ) -> None:
-    register_host(settings)  # type: ignore[arg-type]
+    register_host(settings)
     client.headers.update(admin)
     id_file = tmp_path / "sweep_job_id"
     with pytest.raises(SystemExit, match="INVALID_PARAMS"):
@@ -147,8 +149,15 @@ def test_a_draft_swept_on_held_out_is_asked_as_serve_held_out_asks(tmp_path: Pat
     BenchmarkParams.model_validate(params)  # what the API takes
 
 
-def test_a_pipeline_without_held_out_is_refused_with_the_flag_that_makes_one(tmp_path: Path) -> None:
+def test_a_pipeline_without_held_out_answers_is_refused_with_what_is_missing(tmp_path: Path) -> None:
     from side_by_side_phases import on_held_out
 
     with pytest.raises(SystemExit, match="--held-out 72"):
         on_held_out(_sweep_spec(tmp_path), {"spec": {"held_out": None}, "jobs": []})
+    asked = {"prompts": str(tmp_path / "q.jsonl"), "conversations": None, "max_new_tokens": None}
+    unanswered = {
+        "spec": {"held_out": asked},
+        "jobs": [{"pipeline_step": "generate_held_out", "result": None}],
+    }
+    with pytest.raises(SystemExit, match="generate_held_out has not succeeded"):
+        on_held_out(_sweep_spec(tmp_path), unanswered)

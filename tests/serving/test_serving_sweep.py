@@ -145,7 +145,7 @@ def test_without_interleaving_each_server_runs_alone_and_the_result_says_so(
         warmup_requests=0,
         speedup_threshold=0.0,
     )
-    result = run_sweep(ctx, params, stage_prompts(params.prompts, params.max_prompts))
+    result = run_sweep(ctx, params, stage_prompts(ctx, params.prompts, params.max_prompts)[0])
     assert result["interleaved"] is False
     assert result["interleave_reason"] == "interleave is false in the params"
     servers = ctx.recording.of_type("server")

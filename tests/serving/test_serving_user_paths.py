@@ -54,3 +54,24 @@ def test_a_fifo_config_in_the_target_folder_is_refused_before_transformers_reads
     os.mkfifo(target / "config.json")
     with pytest.raises(UserFileError, match="FIFO"):
         load_models(str(target), None, device=torch.device("cpu"), dtype=torch.float32)
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_tokenizer_file_fails_a_raw_text_eval_as_bad_input(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    """Raw-text prompts make eval look for the target's chat template (chat_source.raw_text_note) before any
+    model loads: a FIFO among the tokenizer's files is the user's path, refused as BAD_INPUT, not a crash."""
+    target = tmp_path / "target"
+    target.mkdir()
+    for item in Path(tiny_pair.target).iterdir():
+        if item.name != "tokenizer_config.json":
+            (target / item.name).symlink_to(item)
+    os.mkfifo(target / "tokenizer_config.json")
+    prompts = tmp_path / "raw.jsonl"
+    prompts.write_text('{"text": "w1 w2"}\n')
+    ev = EvalParams(model=str(target), draft=str(tiny_pair.draft), prompts=str(prompts), device="cpu")
+    with pytest.raises(StageError) as caught:
+        evaluate.run(StageContext(work_dir=tmp_path), ev)
+    assert caught.value.reason == TerminationReason.BAD_INPUT
+    assert "tokenizer_config.json" in caught.value.message

@@ -37,7 +37,8 @@ def raw_text_note(prompts: Sequence[Any], tokenizer_folder: str | Path | None) -
     """A warning when prompts go as raw text to a target whose tokenizer has a chat template. A drafter
     trained on chat conversations then reads text it never saw, and acceptance reads low: eyas's demo
     drafter accepted 1.55 at depth 3 on its prompts as raw text, 4.00 on the same words asked as chat turns
-    (docs/training.md). Token-id prompts are sent as given, on purpose, and are not counted."""
+    (docs/training.md; a constructed target: the size of the effect). Token-id prompts are sent as given,
+    on purpose, and are not counted."""
     raw = sum(1 for p in prompts if p.messages is None and p.input_ids is None)
     if not raw or tokenizer_folder is None or not has_tokenizer(tokenizer_folder):
         return None

@@ -42,16 +42,22 @@ def test_a_fifo_prompt_set_fails_benchmark_and_eval_as_bad_input(
     assert caught.value.reason == TerminationReason.BAD_INPUT
 
 
+def _target_with_fifo(tiny_pair: TinyPair, tmp_path: Path, name: str) -> Path:
+    """The tiny target's folder (links to its files) with `name` a FIFO: a read of it would block forever."""
+    target = tmp_path / "target"
+    target.mkdir()
+    for item in Path(tiny_pair.target).iterdir():
+        if item.name != name:
+            (target / item.name).symlink_to(item)
+    os.mkfifo(target / name)
+    return target
+
+
 @pytest.mark.timeout(60)
 def test_a_fifo_config_in_the_target_folder_is_refused_before_transformers_reads_it(
     tiny_pair: TinyPair, tmp_path: Path
 ) -> None:
-    target = tmp_path / "target"
-    target.mkdir()
-    for item in Path(tiny_pair.target).iterdir():
-        if item.name != "config.json":
-            (target / item.name).symlink_to(item)
-    os.mkfifo(target / "config.json")
+    target = _target_with_fifo(tiny_pair, tmp_path, "config.json")
     with pytest.raises(UserFileError, match="FIFO"):
         load_models(str(target), None, device=torch.device("cpu"), dtype=torch.float32)
 
@@ -62,12 +68,7 @@ def test_a_fifo_tokenizer_file_fails_a_raw_text_eval_as_bad_input(
 ) -> None:
     """Raw-text prompts make eval look for the target's chat template (chat_source.raw_text_note) before any
     model loads: a FIFO among the tokenizer's files is the user's path, refused as BAD_INPUT, not a crash."""
-    target = tmp_path / "target"
-    target.mkdir()
-    for item in Path(tiny_pair.target).iterdir():
-        if item.name != "tokenizer_config.json":
-            (target / item.name).symlink_to(item)
-    os.mkfifo(target / "tokenizer_config.json")
+    target = _target_with_fifo(tiny_pair, tmp_path, "tokenizer_config.json")
     prompts = tmp_path / "raw.jsonl"
     prompts.write_text('{"text": "w1 w2"}\n')
     ev = EvalParams(model=str(target), draft=str(tiny_pair.draft), prompts=str(prompts), device="cpu")

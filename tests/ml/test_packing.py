@@ -1,9 +1,5 @@
 """Sequence packing: samples packed into one row stay apart, train exactly as they do alone, and the train
-stage runs with `pack` and reports how it packed.
-
-The drafter is tiny and built from a config (vocab 6, draft vocab 4): with so few ids a random drafter is
-right often enough that the accuracy counts compared below are not all zero.
-"""
+stage runs with `pack` and reports how it packed. The drafter is tests/ml/tiny_trainer.py's."""
 
 from __future__ import annotations
 
@@ -15,71 +11,26 @@ import pytest
 import torch
 
 from contract.reasons import TerminationReason
-from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import Targets, ttt_objective
 from drafting.ml.packing import RowLayout, epoch_packs, packing_report, row_layout
-from drafting.ml.target_head import TargetHead
 from drafting.ml.train_data import Batch, Collate, epoch_batches, run_steps, split_indices
-from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer
+from drafting.ml.trainer import Trainer
 from drafting.stages import train
 from drafting.stages.base import RecordingSink, StageContext, StageError
 from tests.ml.tiny import cpu_train_params, successor_extraction
+from tests.ml.tiny_trainer import TTT, batch_of_one, random_sample, tiny_trainer
 
-HIDDEN, VOCAB, DRAFT_VOCAB, TTT = 16, 6, 4, 4
 LENGTHS = (9, 6, 11)  # samples A, B, C of one packed row; a row of 32 leaves 6 positions of padding
 ROW = 32
 
 
-def _drafter() -> Eagle3Drafter:
-    config = {
-        "hidden_size": HIDDEN, "intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": VOCAB, "draft_vocab_size": DRAFT_VOCAB, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "max_position_embeddings": 256, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]},
-    }  # fmt: skip
-    torch.manual_seed(1)
-    drafter = Eagle3Drafter(config)
-    for param in drafter.parameters():  # norms start at 1; random weights make every input matter
-        if param.requires_grad:
-            torch.nn.init.normal_(param, std=0.3)
-    drafter.set_vocab_mapping(torch.tensor([0, 0, 1, 1]))  # draft ids 0..3 -> target ids 0, 1, 3, 4
-    return drafter.eval()
-
-
 @pytest.fixture
 def trainer() -> Trainer:
-    return _trainer("dense")
-
-
-def _trainer(attention: Any) -> Trainer:
-    drafter = _drafter()
-    torch.manual_seed(2)
-    head = TargetHead(torch.randn(VOCAB, HIDDEN), torch.ones(HIDDEN), torch.randn(VOCAB, HIDDEN) * 3, 1e-6)
-    drafter.set_target_embeddings(head.embed)
-    settings = OptimSettings(
-        lr=1e-3, warmup_steps=0, total_steps=10, schedule="constant", weight_decay=0.0, grad_clip=1.0
-    )
-    optimizer, scheduler = make_optimizer(drafter, settings, torch.device("cpu"))
-    return Trainer(
-        drafter, head, optimizer=optimizer, scheduler=scheduler, settings=settings, ttt_steps=TTT,
-        step_decay=0.8, attention=attention, compute_dtype=torch.float32, device=torch.device("cpu"),
-    )  # fmt: skip
-
-
-def _sample(length: int, seed: int) -> dict[str, torch.Tensor]:
-    """A sample whose first tokens are assistant tokens too: were a step's target taken from the next sample,
-    it would count."""
-    rng = torch.Generator().manual_seed(seed)
-    loss_mask = torch.rand(length, generator=rng) > 0.2
-    loss_mask[:3] = True
-    return {
-        "input_ids": torch.randint(0, VOCAB, (length,), generator=rng),
-        "loss_mask": loss_mask,
-        "hidden": torch.randn(length, 4, HIDDEN, generator=rng),
-    }
+    return tiny_trainer("dense")
 
 
 def _samples(seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    return [_sample(n, seed * 10 + i) for i, n in enumerate(LENGTHS)]
+    return [random_sample(n, seed * 10 + i) for i, n in enumerate(LENGTHS)]
 
 
 def _packed_item(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -91,10 +42,6 @@ def _packed_item(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
 
 def _packed(*rows: list[dict[str, torch.Tensor]]) -> Batch:
     return Collate(pad_multiple=ROW)([_packed_item(samples) for samples in rows])
-
-
-def _alone(sample: dict[str, torch.Tensor]) -> Batch:
-    return Collate()([sample])
 
 
 def _spans() -> list[slice]:
@@ -131,7 +78,7 @@ def _stats(trainer: Trainer, batch: Batch, layout: RowLayout | None, tokens_afte
 
 def _changed_b(samples: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
     """Sample B's tokens, loss mask and hidden states replaced (same length)."""
-    return [samples[0], _sample(LENGTHS[1], seed=99), samples[2]]
+    return [samples[0], random_sample(LENGTHS[1], seed=99), samples[2]]
 
 
 # 1. Masks keep samples apart.
@@ -167,7 +114,7 @@ def test_the_isolation_check_fails_when_a_sample_boundary_is_crossed(trainer: Tr
     layout = _broken(before.layout, broken)
     outputs_before = _step_outputs(trainer, before, layout)
     outputs_after = _step_outputs(trainer, after, layout)
-    alone = [_step_outputs(trainer, _alone(s), None) for s in samples]
+    alone = [_step_outputs(trainer, batch_of_one(s), None) for s in samples]
     a, _b, c = _spans()
     caught = any(
         not torch.equal(outputs_before[k][span], outputs_after[k][span])
@@ -190,7 +137,7 @@ def test_the_objective_without_sample_ends_would_score_the_next_samples_tokens(t
     samples = _samples()
     packed = _packed(samples)
     assert packed.layout is not None
-    alone = sum(_stats(trainer, _alone(s), None, None) for s in samples)
+    alone = sum(_stats(trainer, batch_of_one(s), None, None) for s in samples)
     crossing = _stats(trainer, packed, packed.layout, None)
     assert not torch.allclose(crossing, alone)  # counts of A's last positions against B's first tokens
 
@@ -200,7 +147,7 @@ def test_the_objective_without_sample_ends_would_score_the_next_samples_tokens(t
 
 def test_a_packed_batch_gives_each_samples_own_statistics_at_every_ttt_step(trainer: Trainer) -> None:
     samples = _samples()
-    alone = [trainer.evaluate([_alone(s)]) for s in samples]
+    alone = [trainer.evaluate([batch_of_one(s)]) for s in samples]
     assert all(stats[4].min() > 0 for stats in alone)  # every step counts positions in every sample
     assert sum(float(stats[2].sum()) for stats in alone) > 0  # and some of them are right
     torch.testing.assert_close(trainer.evaluate([_packed(samples)]), sum(alone), rtol=1e-6, atol=1e-5)
@@ -213,7 +160,7 @@ def test_a_packed_batch_gives_each_samples_own_statistics_at_every_ttt_step(trai
 def test_a_packed_batch_walks_each_sample_as_its_own_decode(trainer: Trainer) -> None:
     """The simulated acceptance's cycles never run from one sample into the next."""
     samples, depths = _samples(), [1, 2, 3]
-    alone = [trainer.validate([_alone(s)], depths)[1] for s in samples]
+    alone = [trainer.validate([batch_of_one(s)], depths)[1] for s in samples]
     assert all(float(cycles[1].min()) > 0 for cycles in alone)  # every sample is decoded in some cycles
     torch.testing.assert_close(trainer.validate([_packed(samples)], depths)[1], sum(alone))
 
@@ -223,7 +170,7 @@ def test_every_position_of_every_step_equals_the_sample_run_alone(trainer: Train
     packed = _packed(samples)
     outputs = _step_outputs(trainer, packed, packed.layout)
     for sample, span in zip(samples, _spans(), strict=True):
-        alone = _step_outputs(trainer, _alone(sample), None)
+        alone = _step_outputs(trainer, batch_of_one(sample), None)
         for step in range(TTT):
             torch.testing.assert_close(outputs[step][span], alone[step], rtol=1e-6, atol=1e-6)
 
@@ -243,9 +190,9 @@ def test_the_packed_loss_is_the_token_mean_of_the_unpacked_batch(trainer: Traine
 def test_the_flex_kernel_keeps_packed_samples_apart_as_the_dense_one() -> None:
     """FlexAttention (the GPU kernel) with the packed mask, two rows of different layouts: the same statistics
     as the dense kernel."""
-    samples, others = _samples(0), [_sample(n, 50 + n) for n in (12, 4, 7, 5)]
+    samples, others = _samples(0), [random_sample(n, 50 + n) for n in (12, 4, 7, 5)]
     batch = _packed(samples, others)
-    dense, flex = _trainer("dense"), _trainer("flex")
+    dense, flex = tiny_trainer("dense"), tiny_trainer("flex")
     torch.testing.assert_close(flex.evaluate([batch]), dense.evaluate([batch]), rtol=1e-4, atol=1e-4)
 
 

@@ -1,7 +1,7 @@
 """`Trainer.step` waits on the device once, after the gradients, and stops a non-finite loss or gradient
 there, before any weight changes. A gradient that overflows while the loss stays finite used to reach the
 weights: the grad norm was read only after the optimizer had stepped. The drafter is tiny and built from a
-config (test_packing's)."""
+config (tests/ml/tiny_trainer.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from drafting.ml.trainer import NonFiniteLoss, Trainer
-from tests.ml.test_packing import _alone, _sample, _trainer
+from tests.ml.tiny_trainer import batch_of_one, random_sample, tiny_trainer
 
 
 def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -25,9 +25,9 @@ def _unchanged(trainer: Trainer, before: dict[str, torch.Tensor]) -> bool:
 
 
 def test_a_finite_step_returns_the_loss_and_the_norm_and_moves_the_weights() -> None:
-    trainer = _trainer("dense")
+    trainer = tiny_trainer("dense")
     before = _weights(trainer)
-    loss, grad_norm, stats = trainer.step(_alone(_sample(12, 0)), 0)
+    loss, grad_norm, stats = trainer.step(batch_of_one(random_sample(12, 0)), 0)
     assert math.isfinite(loss)
     assert loss > 0
     assert math.isfinite(grad_norm)
@@ -38,14 +38,15 @@ def test_a_finite_step_returns_the_loss_and_the_norm_and_moves_the_weights() -> 
 
 
 def test_an_overflowing_gradient_with_a_finite_loss_stops_before_the_weights_change() -> None:
-    trainer = _trainer("dense")
-    trainer.step(_alone(_sample(12, 0)), 0)  # the optimizer has state: a later step would change it
+    trainer = tiny_trainer("dense")
+    # the optimizer has state after one step: a later step would change it
+    trainer.step(batch_of_one(random_sample(12, 0)), 0)
     before = _weights(trainer)
     state_before = {k: v.clone() for k, v in trainer.optimizer.state[trainer.drafter.fc.weight].items()}
     hook = trainer.drafter.fc.weight.register_hook(lambda grad: grad * float("inf"))
     try:
         with pytest.raises(NonFiniteLoss, match=r"gradient norm is (inf|nan) at step 1") as caught:
-            trainer.step(_alone(_sample(12, 1)), 1)
+            trainer.step(batch_of_one(random_sample(12, 1)), 1)
     finally:
         hook.remove()
     assert caught.value.step == 1
@@ -56,10 +57,10 @@ def test_an_overflowing_gradient_with_a_finite_loss_stops_before_the_weights_cha
 
 
 def test_a_non_finite_loss_stops_before_the_weights_change() -> None:
-    trainer = _trainer("dense")
+    trainer = tiny_trainer("dense")
     before = _weights(trainer)
-    sample = _sample(12, 0)
+    sample = random_sample(12, 0)
     sample["hidden"][:, :3] = float("nan")
     with pytest.raises(NonFiniteLoss, match=r"loss is nan at step 0"):
-        trainer.step(_alone(sample), 0)
+        trainer.step(batch_of_one(sample), 0)
     assert _unchanged(trainer, before)

@@ -58,6 +58,7 @@ from journey_api import (
 from recipe_phases import RECIPE_SETS, recipes
 from recipe_sweep import recipe_sweep
 from side_by_side_phases import TRAINERS, side_sweep, start_trainer
+from speculators_side_by_side import SGLANG_DRAFT
 
 from cli.pipelines import param_changes
 from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
@@ -255,7 +256,7 @@ def draft_parts(args: argparse.Namespace) -> None:
     reference trainer's fix-keyed draft (run 15 served speculators' and kept none of it to compare)."""
     work = args.work.resolve()
     if args.draft_of != "pipeline":
-        carried.save_draft(work / TRAINERS[args.draft_of][0] / "sglang_draft", args.out)
+        carried.save_draft(work / TRAINERS[args.draft_of][0] / SGLANG_DRAFT, args.out)
         return
     fix_keys = next(
         j for j in posted_pipeline(client(work), work)["jobs"] if j["pipeline_step"] == "fix_keys"

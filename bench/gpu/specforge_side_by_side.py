@@ -46,7 +46,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from speculators_side_by_side import fix_keys, sweep_job  # noqa: E402 - bench/gpu is sys.path[0] as a script
+from speculators_side_by_side import SGLANG_DRAFT, fix_keys, sweep_job  # noqa: E402 - bench/gpu is sys.path[0] as a script
 
 from drafting.ml._config import drafter_config, text_config  # noqa: E402
 from drafting.ml._dataset import read_token_freq  # noqa: E402
@@ -239,9 +239,9 @@ def side_by_side(args: argparse.Namespace) -> dict[str, Any]:
         export += ["--draft-config", str(work / "draft_config.json"), "--output-dir", str(work / "exported")]
         record["export"] = specforge(export, args.device, log)
         if record["export"]["returncode"] == 0:
-            record["fix_keys"] = fix_keys(work / "exported", work / "sglang_draft", args.target.resolve())
+            record["fix_keys"] = fix_keys(work / "exported", work / SGLANG_DRAFT, args.target.resolve())
             if args.sweep_work is not None:  # real_model.py's side-sweep phase posts it to its `eyas up`
-                job = sweep_job(args.sweep_work.resolve(), work / "sglang_draft", args.sweep_configs)
+                job = sweep_job(args.sweep_work.resolve(), work / SGLANG_DRAFT, args.sweep_configs)
                 (work / "sweep_job.json").write_text(json.dumps(job, indent=2))
     (work / "specforge_run.json").write_text(json.dumps(record, indent=2))
     return record

@@ -47,6 +47,9 @@ PROGRESS_EVERY = 20  # batches between the driver's progress lines, after the fi
 # forward graphs and their backwards, the TTT loop's graph break making Dynamo compile frame by frame).
 FIRST_BATCHES = 5
 SGLANG_VERSION = "0.5.14"  # the GPU host's SGLang (drafting/sglang_facts.py)
+# The folder in a reference trainer's WORK that holds its draft once `eyas fix-keys` made it SGLang's:
+# both side-by-side drivers write it, real_model.py's draft-parts brings it back
+SGLANG_DRAFT = "sglang_draft"
 
 
 def make_view(extraction: Path, view: Path, val_fraction: float, seed: int) -> dict[str, Any]:
@@ -343,10 +346,10 @@ def train_main(args: argparse.Namespace) -> int:
     best = out / "checkpoints" / "checkpoint_best"  # speculators' pick: the lowest validation loss
     checkpoint = best if best.exists() else out / "checkpoints" / str(args.epochs - 1)
     run["checkpoint"] = str(checkpoint.resolve())
-    run["sglang_draft"] = str(out / "sglang_draft")
-    run["fix_keys"] = fix_keys(checkpoint, out / "sglang_draft", args.target)
+    run["sglang_draft"] = str(out / SGLANG_DRAFT)
+    run["fix_keys"] = fix_keys(checkpoint, out / SGLANG_DRAFT, args.target)
     (out / "speculators_run.json").write_text(json.dumps(run, indent=2))
-    drafts = {"sweep_job.json": out / "sglang_draft"}
+    drafts = {"sweep_job.json": out / SGLANG_DRAFT}
     if args.eyas:  # eyas's epoch folders are in SGLang's layout already (docs/training.md, Run folder)
         drafts["sweep_job_eyas.json"] = Path(run["eyas"]["selected"])
     for name, draft in drafts.items() if args.work is not None else ():

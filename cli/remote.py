@@ -1,4 +1,4 @@
-"""Commands that talk to an eyas API: submit, status, wait, cancel, hosts, logs, tokens."""
+"""Commands that talk to an eyas API: submit, status, wait, cancel, hosts, logs, compare, tokens."""
 
 from __future__ import annotations
 
@@ -191,6 +191,35 @@ def _follow(api: Api, job_id: str, cursor: int) -> str:
 
 
 Cell = Callable[[dict[str, Any]], str]
+
+
+def compare(
+    a: Annotated[str, typer.Argument(help="benchmark id of draft a")],
+    b: Annotated[str, typer.Argument(help="benchmark id of draft b")],
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Two drafts' benchmarks of the same requests, paired by prompt: which accepts more, and how surely."""
+    params = {"a": parse_uuid(a, "benchmark"), "b": parse_uuid(b, "benchmark")}
+    body = Api(url, token).json("GET", "/v1/benchmarks/compare", params=params)
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    console.print(f"a: {body['a']['draft'] or body['a']['url']}\nb: {body['b']['draft'] or body['b']['url']}")
+    columns: dict[str, Cell] = {
+        "config": lambda c: c["config"],
+        "a": lambda c: f"{c['a_accept_len']:.3f}",
+        "b": lambda c: f"{c['b_accept_len']:.3f}",
+        "a − b": lambda c: f"{c['difference']:+.3f}",
+        f"{body['confidence']:.0%} interval": lambda c: f"{c['ci_low']:+.3f} … {c['ci_high']:+.3f}",
+        "prompts a / b / tied": "{a_ahead_prompts} / {b_ahead_prompts} / {tied_prompts}".format_map,
+    }
+    _print_rows(body["configs"], columns, as_json=False)
+    for config in body["configs"]:
+        console.print(f"{config['config']}: {config['verdict']}", soft_wrap=True)
+    for note in body["notes"]:
+        console.print(f"note: {note}", soft_wrap=True)
 
 
 def _print_rows(rows: list[dict[str, Any]], columns: dict[str, Cell], as_json: bool) -> None:

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from fastapi.testclient import TestClient
+
 from app.core.config import Settings
+from tests.app.test_benchmark_compare import record, sweep
 from tests.conftest import ROOT, WorkerProcess, worker_env
 
 Headers = dict[str, str]
@@ -111,3 +114,26 @@ def test_token_bootstrap_writes_the_first_admin_token_to_the_database(
     assert listed.returncode == 0
     assert [t["name"] for t in json.loads(listed.stdout)] == ["ops"]
     assert eyas(settings, api_server, None, "token", "bootstrap", "x", "--scope", "root").returncode == 2
+
+
+def test_compare_two_benchmarks_from_the_cli(
+    settings: Settings, admin: Headers, api_server: str, client: TestClient
+) -> None:
+    """The results are recorded through the finishing path (tests/app/test_benchmark_compare.py's helper),
+    the comparison read by the CLI from the live API server."""
+    token = admin["Authorization"].split()[1]
+    a = record(client, admin, settings, sweep({"5,1,6": [(90, 30)] * 30}))
+    b = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}), draft="/d/b")
+    other = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}, digest="e" * 64))
+    table = eyas(settings, api_server, token, "compare", a, b)
+    assert table.returncode == 0, table.stderr
+    assert "5,1,6" in table.stdout
+    assert "a accepts more" in table.stdout
+    assert "b: /d/b" in table.stdout
+    body = json.loads(eyas(settings, api_server, token, "compare", a, b, "--json").stdout)
+    assert body["configs"][0]["difference"] == 1
+    refused = eyas(settings, api_server, token, "compare", a, other)
+    assert refused.returncode == 2
+    assert "NOT_COMPARABLE" in refused.stderr
+    assert "asked different requests" in refused.stderr
+    assert eyas(settings, api_server, token, "compare", a, "not-a-uuid").returncode == 2

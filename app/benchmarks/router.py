@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
 from app.benchmarks import service
-from app.benchmarks.schemas import BenchmarkRead
+from app.benchmarks.schemas import BenchmarkComparison, BenchmarkRead
 from app.core.deps import SessionDep
 from app.tokens.deps import ReadPrincipal
 
@@ -26,6 +26,15 @@ def list_benchmarks(
     """Benchmark results, newest first (optionally of one job)."""
     rows = service.list_benchmarks(session, job_id=job_id, limit=limit)
     return [BenchmarkRead.model_validate(b) for b in rows]
+
+
+@router.get("/v1/benchmarks/compare", response_model=BenchmarkComparison)
+def compare_benchmarks(
+    a: uuid.UUID, b: uuid.UUID, session: SessionDep, _: ReadPrincipal
+) -> BenchmarkComparison:
+    """Draft `a` against draft `b` on the requests both benchmarks asked: which accepts more, by how much,
+    with a paired 95 % interval over prompts. 409 NOT_COMPARABLE when they asked different requests."""
+    return BenchmarkComparison.model_validate(service.compare_benchmarks(session, a, b))
 
 
 @router.get(

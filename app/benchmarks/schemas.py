@@ -18,3 +18,42 @@ class BenchmarkRead(BaseModel):
     deployable: bool | None
     summary: dict[str, Any]
     created_at: datetime
+
+
+class ComparedBenchmark(BaseModel):
+    id: uuid.UUID
+    job_id: uuid.UUID
+    created_at: datetime
+    draft: str | None
+    target: str | None
+    url: str | None
+
+
+class ComparedConfig(BaseModel):
+    config: str
+    a_accept_len: float
+    b_accept_len: float
+    difference: float
+    ratio: float | None
+    ci_low: float
+    ci_high: float
+    a_ahead_prompts: int
+    b_ahead_prompts: int
+    tied_prompts: int
+    verdict: str
+
+
+class BenchmarkComparison(BaseModel):
+    """Two drafts on the same requests: per config, the pooled accept lengths, `a − b` with its paired
+    bootstrap interval over prompts, and how many prompts each draft won."""
+
+    a: ComparedBenchmark
+    b: ComparedBenchmark
+    requests_digest: str
+    prompts: int
+    confidence: float
+    resamples: int
+    configs: list[ComparedConfig]
+    only_in_a: list[str]
+    only_in_b: list[str]
+    notes: list[str]

@@ -8,7 +8,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.benchmarks import repository
-from app.core.errors import found_or_404
+from app.benchmarks.paired import NotComparable, compare
+from app.core.errors import AppError, ErrorCode, found_or_404
+from app.jobs import repository as jobs
 from app.models.base import utcnow
 from app.models.benchmark import BenchmarkResult
 
@@ -44,6 +46,40 @@ def list_benchmarks(session: Session, *, job_id: uuid.UUID | None, limit: int) -
 
 def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult:
     return found_or_404(repository.get(session, benchmark_id), f"no benchmark {benchmark_id}")
+
+
+def compare_benchmarks(session: Session, a_id: uuid.UUID, b_id: uuid.UUID) -> dict[str, Any]:
+    """Benchmark `a` against `b` on the requests both asked (app/benchmarks/paired.py), with what each
+    served: its job, and the draft and target its launch named."""
+    if a_id == b_id:
+        raise AppError(ErrorCode.NOT_COMPARABLE, "compare a benchmark with another one, not with itself")
+    a, b = get_benchmark(session, a_id), get_benchmark(session, b_id)
+    try:
+        comparison = compare(a.summary, b.summary)
+    except NotComparable as exc:
+        raise AppError(ErrorCode.NOT_COMPARABLE, str(exc)) from None
+    sides = {"a": _side(session, a), "b": _side(session, b)}
+    if sides["a"]["target"] != sides["b"]["target"]:
+        comparison["notes"].append(
+            "the two launches name different targets: two drafts compare on one target (the same model "
+            "under two paths is fine)"
+        )
+    return {**sides, **comparison}
+
+
+def _side(session: Session, result: BenchmarkResult) -> dict[str, Any]:
+    job = jobs.get(session, result.job_id)
+    params = job.params if job is not None and isinstance(job.params, dict) else {}
+    launch = params.get("launch")
+    launch = launch if isinstance(launch, dict) else {}
+    return {
+        "id": str(result.id),
+        "job_id": str(result.job_id),
+        "created_at": result.created_at.isoformat(),
+        "draft": launch.get("draft"),
+        "target": launch.get("model"),
+        "url": params.get("url"),
+    }
 
 
 def benchmark_csv(session: Session, benchmark_id: uuid.UUID) -> str:

@@ -8,6 +8,7 @@ are handled. A chunk that brings several tokens (a speculative step) spreads its
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import ssl
 import time
@@ -72,6 +73,14 @@ def request_body(prompt: Prompt, options: LoadOptions, *, stream: bool) -> dict[
     else:
         body["text"] = prompt.text
     return body
+
+
+def requests_digest(prompts: Sequence[Prompt], options: LoadOptions) -> str:
+    """sha256 of the request bodies a benchmark sends (prompt, token budget, greedy, ignore_eos), in order:
+    two results with the same digest asked the same questions the same way, so their per-prompt acceptance
+    pairs up (app/benchmarks/paired.py). Streaming is left out: it changes the timing, not the text."""
+    bodies = [request_body(prompt, options, stream=False) for prompt in prompts]
+    return hashlib.sha256(json.dumps(bodies, sort_keys=True).encode()).hexdigest()
 
 
 def run_load(url: str, prompts: Sequence[Prompt], options: LoadOptions) -> tuple[list[RequestRecord], float]:

@@ -20,7 +20,7 @@ from typing import Any
 from contract.params.benchmark import SpecConfig
 from drafting.serving.bench_stats import summarize
 from drafting.serving.benchmarking import BenchmarkRun
-from drafting.serving.prompts.categories import PromptTally, by_category, request_tallies
+from drafting.serving.prompts.categories import PromptTally, by_category
 from drafting.serving.speedup_stats import CONFIDENCE, SpeedupInterval, round_speedups, speedup_interval
 from drafting.serving.sweep_judge import JudgedOutputs, OutputPair, SweepJudge
 
@@ -79,12 +79,29 @@ class ConfigRounds:
     def by_category(self, categories: Sequence[str | None]) -> dict[str, dict[str, Any]] | None:
         """meta_info's accept length per prompt category over every speculative round (categories[i] is
         prompt i's); None without categories, or when a round's records do not line up with the prompts."""
-        if not self.speculative or not any(categories):
+        rows = self.per_prompt() if any(categories) else None
+        if rows is None or len(rows) != len(categories):
             return None
-        if any(len(run.records) != len(categories) for run in self.speculative):
+        pairs = zip(categories, rows, strict=True)
+        tallies = [PromptTally(c, r["completion_tokens"] or 0, r["spec_verify_ct"]) for c, r in pairs]
+        return by_category(tallies)
+
+    def per_prompt(self) -> list[dict[str, int | None]] | None:
+        """Each prompt's completion tokens and verify steps (meta_info's) over every speculative round, in
+        prompt order: what a paired comparison of two drafts reads. None when a round's records do not
+        line up with another's."""
+        if not self.speculative or len({len(run.records) for run in self.speculative}) != 1:
             return None
-        rounds = [request_tallies(categories, run.records) for run in self.speculative]
-        return by_category([_over_rounds(per_prompt) for per_prompt in zip(*rounds, strict=True)])
+        rows = []
+        for records in zip(*(run.records for run in self.speculative), strict=True):
+            steps = [record.spec_verify_ct for record in records]
+            rows.append(
+                {
+                    "completion_tokens": sum(record.completion_tokens for record in records),
+                    "spec_verify_ct": None if None in steps else sum(step or 0 for step in steps),
+                }
+            )
+        return rows
 
     def round_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -135,16 +152,6 @@ def baseline_row(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
     }
 
 
-def _over_rounds(tallies: Sequence[PromptTally]) -> PromptTally:
-    """One prompt's tallies of every round as one: a category's `prompts` counts prompts, not requests."""
-    steps = [t.verify_steps for t in tallies]
-    return PromptTally(
-        tallies[0].category,
-        sum(t.completion_tokens for t in tallies),
-        None if any(step is None for step in steps) else sum(step or 0 for step in steps),
-    )
-
-
 def config_row(rounds: ConfigRounds, categories: Sequence[str | None] = ()) -> dict[str, Any]:
     """A config's row; with the prompts' categories, also its acceptance per category (`by_category`)."""
     if rounds.rejected is not None:
@@ -171,6 +178,9 @@ def config_row(rounds: ConfigRounds, categories: Sequence[str | None] = ()) -> d
     per_category = rounds.by_category(categories)
     if per_category is not None:
         row["by_category"] = per_category
+    per_prompt = rounds.per_prompt()
+    if per_prompt is not None:
+        row["per_prompt"] = per_prompt
     return row
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from contract.params.benchmark import BenchmarkParams
 from contract.reasons import TerminationReason
 from drafting.serving.benchmarking import benchmark_server, load_options
+from drafting.serving.load_client import requests_digest
 from drafting.serving.prompts import Prompt
 from drafting.serving.prompts.categories import benchmark_prompt_report
 from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder
@@ -26,6 +27,7 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
     prompts, note = stage_prompts(
         ctx, params.prompts, params.max_prompts, chat_template_from=benchmark_tokenizer_folder(params)
     )
+    digest = requests_digest(prompts, load_options(params))
     if params.mode == "single":
         assert params.url is not None
         try:
@@ -40,15 +42,17 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
         except RuntimeError as exc:
             raise StageError(str(exc), reason=TerminationReason.SERVER_DIED) from exc
         ctx.log(f"result: {_headline(measured.summary)}")
-        about = benchmark_prompt_report(params.prompts, prompts, measured.records, note)
+        about = benchmark_prompt_report(params.prompts, prompts, measured.records, note, digest)
         return {"mode": "single", "url": params.url, **measured.as_dict(), **about}
-    return _sweep(ctx, params, prompts, note)
+    return _sweep(ctx, params, prompts, benchmark_prompt_report(params.prompts, prompts, None, note, digest))
 
 
 def _sweep(
-    ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt], note: str | None
+    ctx: StageContext, params: BenchmarkParams, prompts: list[Prompt], about: dict[str, Any]
 ) -> dict[str, Any]:
-    result = run_sweep(ctx, params, prompts)
+    """The sweep's result says what it asked (`prompt_set`, with the requests' digest) whether or not the
+    gate passes: a failed gate's table is still compared with another draft's (GET /v1/benchmarks/compare)."""
+    result = run_sweep(ctx, params, prompts) | about
     ctx.log("config sweep:\n" + format_table(result["rows"]))
     gate = result["gate"]
     ctx.sink.emit({"type": "benchmark_table", "rows": result["rows"], "gate": gate})
@@ -60,7 +64,7 @@ def _sweep(
             details={"mode": "sweep", **result},
         )
     ctx.log("release gate: " + gate["verdict"])
-    return {"mode": "sweep", **result, **benchmark_prompt_report(params.prompts, prompts, None, note)}
+    return {"mode": "sweep", **result}
 
 
 def _headline(summary: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import psutil
 import pytest
 
+from app.benchmarks.paired import compare
 from contract.params.benchmark import BenchmarkParams, SpecConfig
 from contract.reasons import TerminationReason
 from drafting.serving import benchmarking
@@ -117,6 +118,22 @@ def test_sweep_keeps_the_baseline_up_and_alternates_its_batches_with_each_config
             "the categories add up to the row"
         )
     assert "by_category" not in rows[0], "the baseline has no acceptance"
+    # each prompt's counts over the rounds, in prompt order: what a paired comparison of two drafts reads
+    for row in rows[1:]:
+        assert [p["completion_tokens"] for p in row["per_prompt"]] == [16 * 3] * len(tiny_pair.prompts)
+        by_prompt = [(p["completion_tokens"], p["spec_verify_ct"]) for p in row["per_prompt"]]
+        odd = [counts for index, counts in enumerate(by_prompt) if index % 2]
+        assert sum(steps for _, steps in odd) == row["by_category"]["odd"]["verify_steps"]
+    assert "per_prompt" not in rows[0]
+    # a failed gate's result still says what it asked, so it can be compared with another draft's
+    assert result["prompt_set"]["prompts"] == len(tiny_pair.prompts)
+    assert len(result["prompt_set"]["requests_digest"]) == 64
+    with_itself = compare(result, result)
+    assert [c["config"] for c in with_itself["configs"]] == ["3,1,4", "1,1,2"]
+    for row, paired in zip(rows[1:], with_itself["configs"], strict=True):
+        assert paired["a_accept_len"] == pytest.approx(row["accept_len"], abs=1e-3), "pooled as the row is"
+        assert (paired["difference"], paired["ci_low"], paired["ci_high"]) == (0, 0, 0)
+        assert paired["tied_prompts"] == len(tiny_pair.prompts)
     assert result["best_config"] in ("3,1,4", "1,1,2")
     gate = result["gate"]
     assert gate["deployable"] is False

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from drafting.serving.bench_stats import percentile, summarize
-from drafting.serving.load_client import LoadOptions, RequestRecord, _merge_ids, request_body
+from drafting.serving.load_client import LoadOptions, RequestRecord, _merge_ids, request_body, requests_digest
 from drafting.serving.prompts import Prompt, load_prompts
 from drafting.serving.server_log import ServerLog
 
@@ -28,6 +28,22 @@ def test_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
     empty.write_text("\n")
     with pytest.raises(ValueError, match="no prompts"):
         load_prompts(empty)
+
+
+def test_the_requests_digest_names_what_was_asked_and_nothing_about_how_it_was_timed() -> None:
+    """Two benchmarks pair up prompt by prompt only when they asked the same requests the same way."""
+    prompts = [Prompt(text="héllo"), Prompt(input_ids=[5, 6], max_new_tokens=3)]
+    same = requests_digest(prompts, LoadOptions(max_new_tokens=64))
+    assert same == requests_digest(prompts, LoadOptions(max_new_tokens=64, stream=False, concurrency=8))
+    assert len(same) == 64
+    changed = [
+        requests_digest(prompts, LoadOptions(max_new_tokens=65)),
+        requests_digest(prompts, LoadOptions(max_new_tokens=64, ignore_eos=False)),
+        requests_digest(prompts, LoadOptions(max_new_tokens=64, send_as="input_ids")),
+        requests_digest(prompts[::-1], LoadOptions(max_new_tokens=64)),
+        requests_digest([Prompt(text="hello"), prompts[1]], LoadOptions(max_new_tokens=64)),
+    ]
+    assert len({same, *changed}) == 6
 
 
 def test_request_body_sends_text_or_bytes_as_ids() -> None:

@@ -63,10 +63,14 @@ def benchmark_prompt_report(
     prompts: Sequence[Any],
     records: Sequence[Any] | None = None,
     raw_text_note: str | None = None,
+    requests_digest: str | None = None,
 ) -> dict[str, Any]:
-    """What a benchmark result says about its prompts: the set, chat or raw, which turns were asked
-    (`prompt_set`), and with per-request records, meta_info's accept length per category (`by_category`)."""
+    """What a benchmark result says about its prompts: the set, chat or raw, which turns were asked and the
+    digest of the requests sent (`prompt_set`), and with per-request records, meta_info's accept length per
+    category (`by_category`)."""
     report: dict[str, Any] = {"prompt_set": set_summary(source, prompts, raw_text_note)}
+    if requests_digest is not None:
+        report["prompt_set"]["requests_digest"] = requests_digest
     if records is not None:
         categories = by_category(request_tallies([p.category for p in prompts], records))
         if categories is not None:

@@ -34,8 +34,8 @@ RECIPE_SETS = {
         "frozen_head": {"norm_output": False, "train_lm_head": False},
         "both": {"norm_output": True, "train_lm_head": False},
     },
-    # SpecForge 0.2.0's recipe (EAGLE-3's) in eyas's trainer: its lm_head starts random and trains (GPU run 16's
-    # draft: cosine 0.02 to the target's rows), and the next TTT step reads the pre-norm state (its own
+    # SpecForge 0.2.0's recipe (EAGLE-3's) in eyas's trainer: its lm_head starts random and trains (GPU run
+    # 16's draft: cosine 0.02 to the target's rows), and the next TTT step reads the pre-norm state (its own
     # `norm_output` only norms before its lm_head, which SGLang always does). Which one costs its draft
     # 1.86 against eyas's 2.21 at d5 on SGLang (docs/training.md, "GPU run 16")
     "specforge": {

@@ -260,8 +260,10 @@ def stage_recipe_steps(
 
 
 def measure(trainer: Trainer, batches: list[Batch], warmup: int) -> dict[str, Any]:
-    """Step time and real (unpadded) tokens/s of the batches after the first `warmup`."""
-    for i, batch in enumerate(batches[:warmup]):
+    """Step time and real (unpadded) tokens/s of the batches after the first `warmup`, each run once untimed
+    first: FlexAttention builds its kernels per padded length, which a run pays in its first epoch only
+    (GPU run 16 timed those builds in the unpacked steps and read 2.5x)."""
+    for i, batch in enumerate(batches):
         trainer.step(batch, i)
     _sync(trainer.device)
     started = time.perf_counter()

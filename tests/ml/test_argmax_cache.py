@@ -2,7 +2,7 @@
 later epoch reads back is what the full-vocab head computes, for packed and unpacked rows in any order;
 training with it is training without it; its byte budget holds; validation never reads it.
 
-Tiny drafter and head from a config, as tests/ml/test_packing.py builds them (vocab 6, draft vocab 4).
+Tiny drafter and head from a config, tests/ml/tiny_trainer.py's (vocab 6, draft vocab 4).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import torch
 from drafting.ml.argmax_cache import ArgmaxCache
 from drafting.ml.train_data import Batch, Collate
 from drafting.ml.trainer import Trainer
-from tests.ml.test_packing import _sample, _trainer
+from tests.ml.tiny_trainer import random_sample, tiny_trainer
 
 LENGTHS = {0: 9, 1: 6, 2: 11, 3: 7}  # dataset row -> tokens
 
 
 def _item(row: int) -> dict[str, torch.Tensor]:
     """What HiddenStateDataset gives for dataset row `row` (the same tokens and states every epoch)."""
-    return {**_sample(LENGTHS[row], seed=row), "rows": torch.tensor([row])}
+    return {**random_sample(LENGTHS[row], seed=row), "rows": torch.tensor([row])}
 
 
 def _packed(*rows: tuple[int, ...], pad: int = 32) -> Batch:
@@ -47,11 +47,11 @@ def _real(batch: Batch) -> torch.Tensor:
 def test_collate_names_each_rows_samples() -> None:
     assert _packed((0, 1), (2,)).samples == (((0, 9), (1, 6)), ((2, 11),))
     assert _unpacked(3, 1).samples == (((3, 7),), ((1, 6),))
-    assert Collate()([_sample(5, seed=0)]).samples is None  # no row numbers: nothing to key a cache by
+    assert Collate()([random_sample(5, seed=0)]).samples is None  # no row numbers: nothing to key a cache by
 
 
 def test_a_kept_argmax_is_the_full_heads_in_any_later_arrangement() -> None:
-    trainer, cache = _trainer("dense"), ArgmaxCache()
+    trainer, cache = tiny_trainer("dense"), ArgmaxCache()
     first = _packed((0, 1, 2), (3,))
     cache.store(first, _full_argmax(trainer, first))
     assert len(cache) == 4
@@ -66,16 +66,16 @@ def test_a_kept_argmax_is_the_full_heads_in_any_later_arrangement() -> None:
 
 
 def test_a_batch_with_one_sample_not_kept_runs_the_full_head() -> None:
-    trainer, cache = _trainer("dense"), ArgmaxCache()
+    trainer, cache = tiny_trainer("dense"), ArgmaxCache()
     first = _unpacked(0, 1)
     cache.store(first, _full_argmax(trainer, first))
     assert cache.lookup(_packed((0, 2))) is None
-    assert cache.lookup(Collate()([_sample(5, seed=0)])) is None  # no row numbers: not counted
+    assert cache.lookup(Collate()([random_sample(5, seed=0)])) is None  # no row numbers: not counted
     assert (cache.hits, cache.misses) == (0, 1)
 
 
 def test_the_byte_budget_bounds_what_is_kept() -> None:
-    trainer = _trainer("dense")
+    trainer = tiny_trainer("dense")
     cache = ArgmaxCache(budget_bytes=4 * (LENGTHS[0] + LENGTHS[1]))  # int32: 4 bytes a token
     batch = _unpacked(0, 1, 2)
     cache.store(batch, _full_argmax(trainer, batch))
@@ -85,7 +85,7 @@ def test_the_byte_budget_bounds_what_is_kept() -> None:
 
 
 def test_the_draft_rows_head_gives_the_full_heads_probabilities() -> None:
-    trainer = _trainer("dense")
+    trainer = tiny_trainer("dense")
     batch = _packed((0, 1, 2), (3,))
     last = batch.hidden[:, :, 3]
     probs, _ = trainer.head.distribution(last, trainer.draft_ids)
@@ -100,7 +100,7 @@ def _two_epochs(trainer: Trainer) -> list[tuple[float, torch.Tensor]]:
 
 
 def test_training_with_the_cache_is_training_without_it() -> None:
-    cached, uncached = _trainer("dense"), _trainer("dense")
+    cached, uncached = tiny_trainer("dense"), tiny_trainer("dense")
     uncached.argmax_cache = ArgmaxCache(budget_bytes=0)
     losses = _two_epochs(cached)
     torch.testing.assert_close(losses, _two_epochs(uncached))
@@ -113,7 +113,7 @@ def test_training_with_the_cache_is_training_without_it() -> None:
 
 def test_validation_never_reads_the_training_samples_argmax() -> None:
     """A held-out extraction numbers its rows from 0 too: its row 0 is not the training row 0."""
-    poisoned, fresh = _trainer("dense"), _trainer("dense")
+    poisoned, fresh = tiny_trainer("dense"), tiny_trainer("dense")
     train_batch = _unpacked(0, 1)
     poisoned.argmax_cache.store(train_batch, torch.full_like(train_batch.input_ids, 5))
     held_out = _unpacked(0, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.client import (
+    EXIT_JOB_FAILED,
     EXIT_TIMEOUT,
     EXIT_UNREACHABLE,
     Api,
@@ -193,9 +195,20 @@ def _follow(api: Api, job_id: str, cursor: int) -> str:
 Cell = Callable[[dict[str, Any]], str]
 
 
+class Require(StrEnum):
+    """What `eyas compare --require` asks of draft a on every config both measured (a CI gate)."""
+
+    a_ahead = "a-ahead"  # a accepts more: the interval of a - b lies above zero
+    not_behind = "not-behind"  # b does not accept more: the interval does not lie below zero
+
+
 def compare(
     a: Annotated[str, typer.Argument(help="benchmark id of draft a")],
     b: Annotated[str, typer.Argument(help="benchmark id of draft b")],
+    require: Annotated[
+        Require | None,
+        typer.Option(help="exit 1 unless draft a is ahead of b (a-ahead) or not behind it (not-behind)"),
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -205,8 +218,22 @@ def compare(
     body = Api(url, token).json("GET", "/v1/benchmarks/compare", params=params)
     if as_json:
         typer.echo(json.dumps(body, indent=2))
+    else:
+        _print_comparison(body)
+    if require is None:
         return
-    console.print(f"a: {body['a']['draft'] or body['a']['url']}\nb: {body['b']['draft'] or body['b']['url']}")
+    failing = [c["config"] for c in body["configs"] if not _meets(c, require)]
+    if failing:
+        fail(f"--require {require.value}: not met at {', '.join(failing)}", EXIT_JOB_FAILED)
+
+
+def _meets(config: dict[str, Any], require: Require) -> bool:
+    return bool(config["ci_low"] > 0 if require is Require.a_ahead else config["ci_high"] >= 0)
+
+
+def _print_comparison(body: dict[str, Any]) -> None:
+    for side in ("a", "b"):  # a path may hold [brackets]: printed as it is, not read as rich markup
+        console.print(f"{side}: {body[side]['draft'] or body[side]['url']}", markup=False, highlight=False)
     columns: dict[str, Cell] = {
         "config": lambda c: c["config"],
         "a": lambda c: f"{c['a_accept_len']:.3f}",

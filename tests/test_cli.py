@@ -123,13 +123,13 @@ def test_compare_two_benchmarks_from_the_cli(
     the comparison read by the CLI from the live API server."""
     token = admin["Authorization"].split()[1]
     a = record(client, admin, settings, sweep({"5,1,6": [(90, 30)] * 30}))
-    b = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}), draft="/d/b")
+    b = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}), draft="/d/[/b]")
     other = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}, digest="e" * 64))
     table = eyas(settings, api_server, token, "compare", a, b)
     assert table.returncode == 0, table.stderr
     assert "5,1,6" in table.stdout
     assert "a accepts more" in table.stdout
-    assert "b: /d/b" in table.stdout
+    assert "b: /d/[/b]" in table.stdout  # a path is not rich markup (a stray [/b] would raise)
     body = json.loads(eyas(settings, api_server, token, "compare", a, b, "--json").stdout)
     assert body["configs"][0]["difference"] == 1
     refused = eyas(settings, api_server, token, "compare", a, other)
@@ -137,3 +137,13 @@ def test_compare_two_benchmarks_from_the_cli(
     assert "NOT_COMPARABLE" in refused.stderr
     assert "asked different requests" in refused.stderr
     assert eyas(settings, api_server, token, "compare", a, "not-a-uuid").returncode == 2
+    # a CI gate: the new draft (a) must be ahead of, or at least not behind, the old one (b)
+    assert eyas(settings, api_server, token, "compare", a, b, "--require", "a-ahead").returncode == 0
+    behind = eyas(settings, api_server, token, "compare", b, a, "--require", "not-behind", "--json")
+    assert behind.returncode == 1
+    assert "--require not-behind: not met at 5,1,6" in behind.stderr
+    assert json.loads(behind.stdout)["configs"][0]["difference"] == -1, "the comparison is printed first"
+    level = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}))
+    assert eyas(settings, api_server, token, "compare", level, b, "--require", "not-behind").returncode == 0
+    assert eyas(settings, api_server, token, "compare", level, b, "--require", "a-ahead").returncode == 1
+    assert eyas(settings, api_server, token, "compare", a, b, "--require", "better").returncode == 2

@@ -52,7 +52,7 @@ class BenchmarkComparison(BaseModel):
     requests_digest: str
     prompts: int
     confidence: float
-    resamples: int
+    interval: str
     configs: list[ComparedConfig]
     only_in_a: list[str]
     only_in_b: list[str]

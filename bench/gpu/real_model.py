@@ -57,7 +57,7 @@ from journey_api import (
 )
 from recipe_phases import RECIPE_SETS, recipes
 from recipe_sweep import recipe_sweep
-from side_by_side_phases import TRAINERS, side_sweep, start_trainer
+from side_by_side_phases import TRAINERS, pair, side_sweep, start_trainer
 from speculators_side_by_side import SGLANG_DRAFT
 
 from cli.pipelines import param_changes
@@ -361,6 +361,7 @@ PHASES = {
     "recipes": recipes,
     "recipe-sweep": recipe_sweep,
     "draft-parts": draft_parts,
+    "pair": pair,
 }
 
 

@@ -134,6 +134,44 @@ def on_held_out(spec: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any
     return {**spec, "params": params}
 
 
+def pair(args: argparse.Namespace) -> None:
+    """eyas's drafter against the reference trainer's draft, paired prompt by prompt on the requests both
+    asked (GET /v1/benchmarks/compare): the pipeline's sweep against `spec-sweep`'s, or with `--sweep-prompts
+    held-out` its serve_held_out against `spec-sweep --sweep-prompts held-out`.
+    Written to OUT/pair_<trainer>[_held_out].json."""
+    work, out = args.work.resolve(), args.out
+    http = client(work)
+    held_out = args.sweep_prompts == "held-out"
+    comparison = paired_benchmarks(http, posted_pipeline(http, work), work, args.trainer, held_out=held_out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"pair_{args.trainer}{'_held_out' if held_out else ''}.json"
+    (out / name).write_text(json.dumps(comparison, indent=2))
+    for config in comparison.get("configs", []):
+        print(f"{config['config']}: {config['verdict']}", flush=True)
+
+
+def paired_benchmarks(
+    http: Any, pipeline: dict[str, Any], work: Path, trainer: str, *, held_out: bool
+) -> dict[str, Any]:
+    """The comparison (a: the pipeline's drafter, b: the trainer's draft), or the API's refusal as it came."""
+    step = "serve_held_out" if held_out else "benchmark"
+    ours = next((j for j in pipeline["jobs"] if j["pipeline_step"] == step), None)
+    theirs = work / TRAINERS[trainer][0] / f"sweep_job_id{'_held_out' if held_out else ''}"
+    if ours is None or not theirs.exists():
+        raise SystemExit(f"nothing to pair: the pipeline's {step} job or {theirs} is missing")
+    ids = [_benchmark_of(http, job_id) for job_id in (ours["id"], theirs.read_text().strip())]
+    response = http.get("/v1/benchmarks/compare", params={"a": ids[0], "b": ids[1]})
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _benchmark_of(http: Any, job_id: str) -> str:
+    listed = http.get("/v1/benchmarks", params={"job_id": job_id}).json()
+    if not listed:
+        raise SystemExit(f"job {job_id} recorded no benchmark table (it has not ended, or ended before one)")
+    return str(listed[0]["id"])
+
+
 def _trainer_done(work: Path, folder: str, late: Callable[[], bool], grace_s: float = 5.0) -> bool:
     """Whether the detached trainer (its pid in WORK/<folder>.pid) has exited, waiting while `late()` is
     false. Its record is written before its sweep spec and before the process lets go of the GPU, and the

@@ -18,8 +18,9 @@ from app.core.config import Settings
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 
 from journey_api import process_ended, run_sweep_job
-from side_by_side_phases import _trainer_done
+from side_by_side_phases import _trainer_done, paired_benchmarks
 
+from tests.app.test_benchmark_compare import record, sweep
 from tests.app.test_jobs_api import job_count, register_host, submit
 
 
@@ -161,3 +162,29 @@ def test_a_pipeline_without_held_out_answers_is_refused_with_what_is_missing(tmp
     }
     with pytest.raises(SystemExit, match="generate_held_out has not succeeded"):
         on_held_out(_sweep_spec(tmp_path), unanswered)
+
+
+@pytest.mark.parametrize("held_out", [False, True])
+def test_pair_compares_the_pipelines_drafter_with_the_reference_draft_on_the_same_requests(
+    client: TestClient, admin: dict[str, str], settings: Settings, tmp_path: Path, held_out: bool
+) -> None:
+    """`real_model.py pair`: the pipeline's benchmark job (or serve_held_out) against the job `spec-sweep`
+    posted, through GET /v1/benchmarks/compare; a reference job that recorded no table says so."""
+    client.headers.update(admin)
+    ours = record(client, admin, settings, sweep({"5,1,6": [(90, 30)] * 30}))
+    theirs = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}))
+    job_of = {b["id"]: b["job_id"] for b in client.get("/v1/benchmarks").json()}
+    step = "serve_held_out" if held_out else "benchmark"
+    pipeline = {"jobs": [{"pipeline_step": "train", "id": "x"}, {"pipeline_step": step, "id": job_of[ours]}]}
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    (folder / f"sweep_job_id{'_held_out' if held_out else ''}").write_text(job_of[theirs])
+    comparison = paired_benchmarks(client, pipeline, tmp_path, "speculators", held_out=held_out)
+    assert (comparison["a"]["id"], comparison["b"]["id"]) == (ours, theirs)
+    assert comparison["configs"][0]["verdict"].startswith("a accepts more")
+    unfinished = submit(client, admin)
+    (folder / f"sweep_job_id{'_held_out' if held_out else ''}").write_text(str(unfinished["id"]))
+    with pytest.raises(SystemExit, match="recorded no benchmark table"):
+        paired_benchmarks(client, pipeline, tmp_path, "speculators", held_out=held_out)
+    with pytest.raises(SystemExit, match="nothing to pair"):
+        paired_benchmarks(client, pipeline, tmp_path, "speculators", held_out=not held_out)

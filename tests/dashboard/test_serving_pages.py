@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 from playwright.sync_api import expect
+from sqlalchemy import select
 
 from app.core.config import Settings
+from app.core.db import session_scope
+from app.models.benchmark import BenchmarkResult
 from contract.params.benchmark import SpecConfig
 from drafting.serving.sweep_report import rejected_row
+from tests.app.test_benchmark_compare import sweep as compare_sweep
 from tests.dashboard import data
 from tests.dashboard.conftest import Dashboard
 
@@ -245,3 +251,41 @@ def test_a_pipeline_with_two_jobs_of_one_kind_names_them_by_step(
     assert steps == ["1. generate", "2. generate_held_out", "3. extract", "4. extract_held_out"]
     expect(page.locator(".job-head .notice").first).to_contain_text("no prompts left after the holdout")
     assert dashboard.errors == []
+
+
+def test_two_benchmarks_ticked_on_the_servers_page_are_compared_draft_against_draft(
+    dashboard: Dashboard, settings: Settings
+) -> None:
+    """The pick survives the list's refreshes; a pair that asked different requests shows the API's reason."""
+    ids = []
+    for draft, counts, digest in (
+        ("/drafts/new", [(90, 30)] * 30, "d" * 64),
+        ("/drafts/old", [(60, 30)] * 30, "d" * 64),
+        ("/drafts/[other]", [(60, 30)] * 30, "e" * 64),
+    ):
+        summary = compare_sweep({"5,1,6": counts}, digest=digest)
+        params = {"mode": "sweep", "launch": {"model": "/models/t", "draft": draft}}
+        job = data.make_job(settings, "benchmark", "failed", params=params, result=summary)
+        data.record_benchmark(settings, job, summary)
+        with session_scope(settings) as session:
+            of_job = select(BenchmarkResult.id).where(BenchmarkResult.job_id == uuid.UUID(job))
+            ids.append(str(session.scalars(of_job).one()))
+    new, old, other = ids
+    page = dashboard.page
+    dashboard.open("#/servers")
+    expect(page.locator("#benchmarks-table tbody tr")).to_have_count(3)
+    page.locator(f"input[data-compare='{new}']").check()
+    expect(page.locator("#comparison")).to_contain_text("Tick one more")
+    page.locator(f"input[data-compare='{old}']").check()
+    row = page.locator("#comparison-table tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("a accepts more")
+    assert "+1" in row.inner_text()  # a − b: 3 against 2 tokens a step
+    expect(page.locator("#comparison")).to_contain_text("/drafts/new")
+    page.wait_for_timeout(2500)  # the list refreshes under the pick: the ticks stay
+    assert page.locator(f"input[data-compare='{old}']").is_checked()
+    page.locator(f"input[data-compare='{other}']").check()  # a third: the first ticked drops out
+    assert not page.locator(f"input[data-compare='{new}']").is_checked()
+    expect(page.locator("#comparison .notice-error")).to_contain_text("NOT_COMPARABLE")
+    expect(page.locator("#comparison")).to_contain_text("asked different requests")
+    assert [e for e in dashboard.errors if "status of 409" not in e] == []  # the refusal is the only one

@@ -1,8 +1,9 @@
 // Inference servers started by launch jobs (state, URL, GPUs, draft, last acceptance length) with a stop
-// button, and the latest benchmark verdicts.
+// button, the latest benchmark verdicts, and two of them compared draft against draft.
 
 import { getOptional, postJson } from "../api.js";
 import { chosen, configLabel, readSweep, verdictBadge } from "../benchmark.js";
+import { Comparison } from "../compare.js";
 import { ago, h, jobLink, notice, num, replace, shortId, stateBadge, table, timeTitle } from "../dom.js";
 import { poll } from "../live.js";
 
@@ -48,10 +49,11 @@ function chosenRow(sweep) {
   return speculative.sort((a, b) => (b.speedup ?? 0) - (a.speedup ?? 0))[0] || null;
 }
 
-function benchmarkRow(result) {
+function benchmarkRow(result, comparison) {
   const sweep = readSweep(result.summary, result.deployable);
   const top = chosenRow(sweep);
   return h("tr", { dataset: { benchmarkId: result.id } },
+    h("td", null, comparison.checkbox(result.id)),
     h("td", null, jobLink(result.job_id)),
     h("td", { class: "mono" }, result.server_id ? shortId(result.server_id) : "—"),
     h("td", null, verdictBadge(sweep.deployable)),
@@ -66,10 +68,12 @@ function benchmarkRow(result) {
 export function mount(root) {
   const servers = h("div", { class: "table-wrap", id: "servers" });
   const benchmarks = h("div", { class: "table-wrap", id: "benchmarks" });
+  const comparison = new Comparison();
   root.append(
     h("div", { class: "page-head" }, h("h1", null, "Servers")),
     h("section", { class: "panel" }, servers),
     h("section", { class: "panel" }, h("h2", { class: "panel-title" }, "Benchmarks"), benchmarks),
+    h("section", { class: "panel" }, h("h2", { class: "panel-title" }, "Two drafts, paired by prompt"), comparison.panel),
   );
   return poll(async () => {
     const [serverList, benchmarkList] = await Promise.all([getOptional("/v1/servers"), getOptional("/v1/benchmarks")]);
@@ -82,8 +86,9 @@ export function mount(root) {
     if (!benchmarkList.available) replace(benchmarks, notice("This API has no /v1/benchmarks yet."));
     else if (!benchmarkList.data.length) replace(benchmarks, h("p", { class: "empty" }, "No benchmarks yet."));
     else {
-      const headers = ["job", "server", "verdict", "config", "speedup", "accept len", "tok/s", "reasons", "when"];
-      replace(benchmarks, table(headers, benchmarkList.data.map(benchmarkRow), { id: "benchmarks-table" }));
+      const headers = ["compare", "job", "server", "verdict", "config", "speedup", "accept len", "tok/s", "reasons", "when"];
+      const rows = benchmarkList.data.map((result) => benchmarkRow(result, comparison));
+      replace(benchmarks, table(headers, rows, { id: "benchmarks-table" }));
     }
   });
 }

@@ -148,6 +148,8 @@ def pair(args: argparse.Namespace) -> None:
     (out / name).write_text(json.dumps(comparison, indent=2))
     for config in comparison.get("configs", []):
         print(f"{config['config']}: {config['verdict']}", flush=True)
+    if "configs" not in comparison:  # the API's refusal (409 NOT_COMPARABLE) says what differs
+        print(f"not paired: {comparison.get('code')}: {comparison.get('detail')}", flush=True)
 
 
 def paired_benchmarks(

@@ -76,16 +76,6 @@ class ConfigRounds:
         speedups = self.speedups()
         return speedup_interval(speedups) if len(speedups) >= 2 else None
 
-    def by_category(self, categories: Sequence[str | None]) -> dict[str, dict[str, Any]] | None:
-        """meta_info's accept length per prompt category over every speculative round (categories[i] is
-        prompt i's); None without categories, or when a round's records do not line up with the prompts."""
-        rows = self.per_prompt() if any(categories) else None
-        if rows is None or len(rows) != len(categories):
-            return None
-        pairs = zip(categories, rows, strict=True)
-        tallies = [PromptTally(c, r["completion_tokens"] or 0, r["spec_verify_ct"]) for c, r in pairs]
-        return by_category(tallies)
-
     def per_prompt(self) -> list[dict[str, int | None]] | None:
         """Each prompt's completion tokens and verify steps (meta_info's) over every speculative round, in
         prompt order: what a paired comparison of two drafts reads. None when a round's records do not
@@ -175,13 +165,24 @@ def config_row(rounds: ConfigRounds, categories: Sequence[str | None] = ()) -> d
         **judged.row_fields(),
         "rounds": rounds.round_rows(),
     }
-    per_category = rounds.by_category(categories)
-    if per_category is not None:
-        row["by_category"] = per_category
     per_prompt = rounds.per_prompt()
     if per_prompt is not None:
         row["per_prompt"] = per_prompt
+    per_category = _by_category(categories, per_prompt)
+    if per_category is not None:
+        row["by_category"] = per_category
     return row
+
+
+def _by_category(
+    categories: Sequence[str | None], per_prompt: list[dict[str, int | None]] | None
+) -> dict[str, dict[str, Any]] | None:
+    """meta_info's accept length per prompt category over every speculative round (categories[i] is
+    prompt i's); None without categories, or when the rounds' records do not line up with the prompts."""
+    if per_prompt is None or not any(categories) or len(per_prompt) != len(categories):
+        return None
+    pairs = zip(categories, per_prompt, strict=True)
+    return by_category([PromptTally(c, r["completion_tokens"] or 0, r["spec_verify_ct"]) for c, r in pairs])
 
 
 def rejected_row(config: SpecConfig, smoke: dict[str, Any]) -> dict[str, Any]:

@@ -282,8 +282,9 @@ def test_two_benchmarks_ticked_on_the_servers_page_are_compared_draft_against_dr
     expect(row).to_contain_text("a accepts more")
     assert "+1" in row.inner_text()  # a − b: 3 against 2 tokens a step
     expect(page.locator("#comparison")).to_contain_text("/drafts/new")
-    page.wait_for_timeout(2500)  # the list refreshes under the pick: the ticks stay
-    assert page.locator(f"input[data-compare='{old}']").is_checked()
+    drawn = page.locator("#benchmarks-table").element_handle()
+    page.wait_for_function("table => !table.isConnected", arg=drawn)  # the list was drawn again…
+    assert page.locator(f"input[data-compare='{old}']").is_checked()  # …under the pick: the ticks stay
     page.locator(f"input[data-compare='{other}']").check()  # a third: the first ticked drops out
     assert not page.locator(f"input[data-compare='{new}']").is_checked()
     expect(page.locator("#comparison .notice-error")).to_contain_text("NOT_COMPARABLE")

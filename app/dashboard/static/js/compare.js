@@ -55,11 +55,14 @@ export class Comparison {
       return;
     }
     const [a, b] = this.picked;
+    const asked = (this.asked = (this.asked || 0) + 1); // a slower answer to an earlier pick must not win
     replace(this.panel, h("p", { class: "muted" }, "Comparing…"));
+    let shown;
     try {
-      replace(this.panel, render(await getJson(`/v1/benchmarks/compare?a=${a}&b=${b}`)));
+      shown = render(await getJson(`/v1/benchmarks/compare?a=${a}&b=${b}`));
     } catch (error) {
-      replace(this.panel, notice(`${error.code || "error"}: ${error.message}`, "error"));
+      shown = notice(`${error.code || "error"}: ${error.message}`, "error");
     }
+    if (asked === this.asked) replace(this.panel, shown);
   }
 }

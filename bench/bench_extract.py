@@ -7,8 +7,8 @@ Default shape: a ~1.5B random-init Llama (hidden 2048, 16 layers, intermediate 8
 * disk, as the writer uses it (the yardstick each run is judged against): before each engine run, the same
   bytes written the way that run's writer writes them: one file per sample of the sample's size, as many
   threads, each file written to a temporary name, flushed (`fdatasync`, durable runs) and renamed into
-  place, then a final sync. 2026-12-02's H200 figure showed why the old yardstick (large 64 MB files, one
-  sync at the end) undercounts: it measured 1.24 GB/s while the durable writer then wrote 1.64 GB/s. The
+  place, then a final sync. On an H200 host the old yardstick (large 64 MB files, one sync at the end)
+  undercounted: it measured 1.24 GB/s while the durable writer then wrote 1.64 GB/s. The
   old sequential figure is still printed (`disk_sequential_gb_s`), for reference only;
 * extract: the real engine (`extract_batches`: capture hooks, pinned side-stream copy, `AsyncWriter`
   threads), including the final sync, so the bytes are on disk when the clock stops. One run per

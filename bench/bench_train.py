@@ -9,20 +9,20 @@ measures the bf16 matmul peak in the same process, so the MFU does not depend on
     python bench/bench_train.py --small                                  # CPU, under a minute
     python bench/bench_train.py --pack [--compile]                       # + packed vs unpacked, same run
     python bench/bench_train.py --compile --profile --yardstick ../shared/gpu/drafter_step_bench.py
-        # + where a step's device time goes, and the yardstick run after it in the same command
+        # + where a step's kernel time goes, and the yardstick run after it in the same command
 
 `--pack` adds `pack`: samples of ShareGPT-like lengths (log-normal, median seq/4, cut to seq), batched as the
 train stage does (unpacked: `batch` samples padded to the longest, rounded up to 128 on a GPU; packed:
 `batch` rows of up to `seq` tokens), and real (unpadded) tokens/s of each over the same number of steps.
 
 `--stage-recipe` adds `stage_recipe`: a step with the train stage's default recipe (`norm_output` on, lm_head
-frozen, since GPU run 14), which skips the head's weight gradient, so it does less work than the yardstick;
-the main figures keep the yardstick's work (the head trained), as runs 10-13 measured.
+frozen; docs/design/default-training-recipe.md), which skips the head's weight gradient, so it does less work
+than the yardstick; the main figures keep the yardstick's work (the head trained).
 
-`--profile` adds `profile`: torch.profiler over `--steps` more steps, device time per step by kind of kernel
+`--profile` adds `profile`: torch.profiler over `--steps` more steps, kernel time per step by kind of kernel
 (attention, matmul, loss, optimizer, norm, other) and the top kernels: what limits the step. `--yardstick
 PATH` runs that script (the shared drafter_step_bench.py, `PATH BATCH`) after eyas's steps, in a child
-process of the same command, and adds its JSON and eyas's tokens/s over its compiled figure (issue 15:
+process of the same command, and adds its JSON and eyas's tokens/s over its compiled figure (the goal:
 ≥ 0.95).
 
 `step_ms`, `tokens_per_s` and `mfu` are a step of any epoch after a sample's first, which reads the target's
@@ -244,8 +244,8 @@ def pack_comparison(
 def stage_recipe_steps(
     shape: dict[str, int], args: argparse.Namespace, device: torch.device, dtype: torch.dtype
 ) -> dict[str, Any]:
-    """A step with the train stage's default recipe (GPU run 14: `norm_output` on, lm_head frozen, as
-    speculators trains), after a sample's first epoch. A frozen lm_head skips its weight gradient, one
+    """A step with the train stage's default recipe (`norm_output` on, lm_head frozen, as speculators
+    trains), after a sample's first epoch. A frozen lm_head skips its weight gradient, one
     matmul of the draft vocab per TTT pass: less work than the yardstick's step, and what users run."""
     fields = TrainParams.model_fields
     recipe = {key: bool(fields[key].default) for key in ("norm_output", "train_lm_head")}
@@ -262,7 +262,7 @@ def stage_recipe_steps(
 def measure(trainer: Trainer, batches: list[Batch], warmup: int) -> dict[str, Any]:
     """Step time and real (unpadded) tokens/s of the batches after the first `warmup`, each run once untimed
     first: FlexAttention builds its kernels per padded length, which a run pays in its first epoch only
-    (GPU run 16 timed those builds in the unpacked steps and read 2.5x)."""
+    (timing those builds in the unpacked steps read 2.5x where the steady state is 0.98x)."""
     for i, batch in enumerate(batches):
         trainer.step(batch, i)
     _sync(trainer.device)
@@ -313,10 +313,10 @@ def timed_rows(events: Iterable[Any], cuda: bool, steps: int) -> list[tuple[str,
 
     timed = []
     for event in events:
-        # On CUDA only the kernels' own rows: an op's row carries the device time of the kernels it
-        # launched too, and counting both doubled the total (the first H200 profile, run 9's session). A
-        # record_function range has a device row of its own as well (run 10: `Optimizer.step#AdamW.step`,
-        # 3.4 ms a step over the 3.4 ms fused AdamW kernel it spans): not a kernel either.
+        # On CUDA only the kernels' own rows: an op's row carries the kernel time of the kernels it
+        # launched too, and counting both doubles the total. A record_function range has a device row of
+        # its own as well (`Optimizer.step#AdamW.step`, 3.4 ms a step over the 3.4 ms fused AdamW kernel it
+        # spans on an H200): not a kernel either.
         if cuda and (event.device_type == DeviceType.CPU or getattr(event, "is_user_annotation", False)):
             continue
         self_us = event.self_device_time_total if cuda else event.self_cpu_time_total
@@ -326,7 +326,7 @@ def timed_rows(events: Iterable[Any], cuda: bool, steps: int) -> list[tuple[str,
 
 
 def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dict[str, Any]:
-    """Device time of `steps` steps by kind of kernel and the top kernels, per step (CPU op time on a CPU)."""
+    """Kernel time of `steps` steps by kind of kernel and the top kernels, per step (CPU op time on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = trainer.device.type == "cuda"
@@ -356,7 +356,7 @@ def profile_steps(trainer: Trainer, batch: Batch, start: int, steps: int) -> dic
         "ms_per_step": round(total, 2),
         "share_by_kind": {k: round(ms / total, 3) for k, ms in sorted(kinds.items(), key=lambda kv: -kv[1])},
         "top": rows(timed, 12),
-        # each kind's largest kernels: the top 12 are all GEMMs, and run 10's 12.7 % "other" went unnamed
+        # each kind's largest kernels: the top 12 are all GEMMs, which leave a 12.7 % "other" unnamed
         "top_by_kind": {kind: rows(items, 6) for kind, items in by_kind.items() if kind != "matmul"},
     }
 

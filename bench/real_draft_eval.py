@@ -1,10 +1,10 @@
 """eyas `eval` on this machine's CPU of a drafter brought back from the GPU host (`real_model.py
 draft-parts`), against the real SmolLM2-135M-Instruct target, on the prompt sets SGLang served it on there.
 
-GPU run 8 served one drafter on two MT-Bench sets: 2.72 at depth 5 on the 8 eval questions (192 tokens,
-`ignore_eos`: decoding runs past the end of turn) and 2.94 on the 72 held-out questions (answers end at their
-end of turn, 384 tokens at most). This puts eyas's own prediction beside each, and splits the difference
-between the sets into the questions and the decoding past the end of turn.
+SGLang on an H200 served one drafter on two MT-Bench sets: 2.72 at depth 5 on the 8 eval questions (192
+tokens, `ignore_eos`: decoding runs past the end of turn) and 2.94 on the 72 held-out questions (answers end
+at their end of turn, 384 tokens at most). This puts eyas's own prediction beside each, and splits the
+difference between the sets into the questions and the decoding past the end of turn.
 
     python3 bench/real_draft_eval.py DRAFT_DIR OUT.json [--work DIR] [--held-out 72]
         [--sets eval-eos,eval,held-out] [--depths 3,5,7] [--dtype float32|bfloat16]

@@ -5,10 +5,11 @@ SGLang's own benchmark reports). Two drafts asked the same requests (the same `p
 differ prompt by prompt, and most of the spread between prompts is the prompts' own (code accepts longer
 drafts than open writing), not the drafts'. Pairing removes it: the interval here resamples *prompts*
 (the same resample for both drafts) and recomputes the pooled difference, a paired percentile bootstrap.
-Two unpaired 8-question sweeps moved a category by up to 0.1 between runs of one draft (GPU runs 14-15,
-docs/training.md); this says whether a difference stands out from that. Past BOOTSTRAP_UP_TO prompts (a
-set may hold 100,000) the interval is the normal one of the same statistic's linearisation (the delta
-method), which is accurate there and takes one pass instead of RESAMPLES: a request must not take minutes.
+Two unpaired 8-question sweeps of one draft on SGLang moved a category by up to 0.1 (greedy text takes
+another path at near-ties); this says whether a difference stands out from that. Past BOOTSTRAP_UP_TO
+prompts (a set may hold 100,000) the interval is the normal one of the same statistic's linearisation (the
+delta method), which is accurate there and takes one pass instead of RESAMPLES: a request must not take
+minutes.
 """
 
 from __future__ import annotations

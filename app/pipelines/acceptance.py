@@ -17,7 +17,7 @@ step that has not run (or kept no figure) leaves its column null. eval's error i
 says why, when eval decoded other requests than the sweep (another prompt set or budget): its figure then
 predicts nothing about the served one. The train column never decodes the sweep's requests: it replays
 teacher-forced answers of the held-out (or validation) prompts. `train_compared_on` says which, so a
-train_error between two prompt sets is read as one (run 5: 72 held-out MT-Bench questions against the
+train_error between two prompt sets is read as one (for example 72 held-out MT-Bench questions against the
 sweep's 8 others).
 """
 
@@ -30,7 +30,7 @@ from app.pipelines.templates import SHARED_REQUEST_FIELDS
 from contract.params.benchmark import BenchmarkParams
 from contract.params.evaluate import EvalParams
 
-EVAL_TOLERANCE = 0.05  # issue 14: eval's prediction within 5 % of the engine's measured acceptance
+EVAL_TOLERANCE = 0.05  # eval's prediction is right within 5 % of the engine's measured acceptance
 # Where the train column comes from, in order of preference: the held-out extraction before the training
 # data's split, the simulated acceptance before the per-position estimate of runs that predate it.
 TRAIN_SOURCES = {

@@ -37,7 +37,7 @@ _SET_BY_SERVE_HELD_OUT = (
 ALL_PROMPTS: int = next(
     m.le for m in BenchmarkParams.model_fields["max_prompts"].metadata if hasattr(m, "le")
 )
-HELD_OUT_CONCURRENCY = 8  # GPU run 8: 72 questions, 2 rounds of a baseline and a chain server in 167 s
+HELD_OUT_CONCURRENCY = 8  # on one H200: 72 questions, 2 rounds of a baseline and a chain server in 167 s
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,9 @@ def _serve_held_out_plan(
     """serve_held_out (held_out.serve): the drafter served on the held-out conversations' prompts, the very
     records train validated on (generate_held_out's output, or the given conversations), with the budget
     their answers were made with and ending at their end of turn, at the sweep's chain depths. Train's
-    simulated acceptance is computed on these answers, so the report compares the two like for like (GPU
-    run 8: 2.968 against SGLang's 2.937, where the sweep's other questions served 2.720)."""
+    simulated acceptance is computed on these answers, so the report compares the two like for like
+    (SmolLM2-135M: 2.968 against SGLang's 2.937, where the sweep's other questions served 2.720;
+    docs/design/checkpoint-choice.md)."""
     held_out = spec.held_out
     if held_out is None or not held_out.serve:
         return []
@@ -152,8 +153,9 @@ def _chain_depths(spec: Eagle3PipelineCreate) -> list[int]:
 
 def _eval_defaults(spec: Eagle3PipelineCreate) -> dict[str, Any]:
     """What eval asks unless told otherwise: the sweep's requests (prompts, budget) at its chain depths, so
-    the acceptance report sets eval's prediction beside the served figure of the same requests. Run 4 on
-    the H200: a pipeline whose eval named no prompts measured the built-in set; the sweep asked MT-Bench."""
+    the acceptance report sets eval's prediction beside the served figure of the same requests. An eval
+    that named no prompts would measure the built-in set while the sweep asks others: two figures that do not
+    compare (docs/design/eval-predicts-serving.md)."""
     asked = {k: spec.benchmark[k] for k in SHARED_REQUEST_FIELDS if k in spec.benchmark}
     depths = _chain_depths(spec)
     if depths:

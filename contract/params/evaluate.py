@@ -41,6 +41,6 @@ class EvalParams(StageParams):
         return self.device != "cpu"
 
     def gpus_optional(self) -> bool:
-        # auto once meant "the GPU if the job holds one", and nothing leased one: on the H200 a pipeline's
-        # default eval ran on the CPU for 5 minutes beside an idle GPU (2026-12-02, run 4)
+        # auto leases a GPU where the host has one (and runs on the CPU where it has none): "the GPU if the
+        # job holds one" leased none, and left a pipeline's eval on the CPU for 5 minutes beside an idle GPU
         return self.device == "auto"

@@ -52,8 +52,8 @@ class TrainParams(DataParallelParams):
     init_lm_head: Literal["target", "random"] = Field(
         "target", description="start lm_head from the target's rows for the draft vocab, or at random"
     )
-    # Both defaults are speculators' and were measured on the H200 (GPU run 14, docs/training.md): on one
-    # 4,000-conversation SmolLM2 extraction they raised SGLang's accept length at depth 5 from 1.89 to 2.22.
+    # Both defaults are speculators'. On one 4,000-conversation SmolLM2 extraction they raised SGLang's accept
+    # length at depth 5 from 1.89 to 2.22 (docs/design/default-training-recipe.md).
     train_lm_head: bool = Field(
         False,
         description="keep lm_head frozen at the target's rows for the draft vocab (the default, as "

@@ -3,7 +3,7 @@ kinds of request users send, not only the one it drifts to.
 
 Left to itself, a small instruct model's user turns are mostly one kind: SmolLM2-135M-Instruct, sampled at
 temperature 1 from its user-turn prefix alone, wrote 24 of 24 advice and how-to questions ("Can you
-provide…", "I'm preparing for…") and no maths, code, role play or extraction (CPU sample, 2026-12-02). A
+provide…", "I'm preparing for…") and no maths, code, role play or extraction (a sample on a CPU). A
 drafter trained on such turns meets other kinds of request at serving time. Magpie conditions its
 self-written instructions the same way, with a task-specific system prompt; an opener does it with the
 user turn's own first words, which needs nothing from the template but its user-turn prefix.

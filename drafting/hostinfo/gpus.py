@@ -134,9 +134,9 @@ def _text(value: bytes | str) -> str:
 
 def memory_holders(indices: Sequence[int]) -> str | None:
     """Who else holds memory on these GPUs, as a sentence for an out-of-memory error, or None when no other
-    process holds 1 GiB or more there (or NVML cannot say). On the H200 (2026-12-02, run 4) a training job
-    ran out of memory because five other trainings held 130 GiB of the GPU, and the error advised a smaller
-    batch."""
+    process holds 1 GiB or more there (or NVML cannot say). A training job beside five other trainings that
+    held 130 GiB of an H200 runs out of memory on a batch that fits alone: a smaller batch is the wrong
+    advice there."""
     found = inventory()
     return describe_holders(found.gpus, indices, _in_this_job) if found.error is None else None
 

@@ -5,7 +5,7 @@ assistant position. Serving does not visit every position as the start of a draf
 where the last one ended, just after the target corrected a rejected draft, and an accepted chain skips
 the positions inside it. Where drafts go wrong in clusters (hard stretches of text) and right in runs (easy
 ones), cycles start on hard stretches more often than the average counts them, and the per-position figure
-overstates serving. On the H200 (docs/benchmarks.md, fifth run) it said 2.05 at depth 5 where SGLang
+overstates serving. On SmolLM2-135M (docs/design/checkpoint-choice.md) it said 2.05 at depth 5 where SGLang
 measured 1.72 on the same 72 held-out questions, while eyas's free-running `eval` was within 2 %.
 
 Here each sequence is walked the way a chain (topk 1) decodes it. A cycle at base position j drafts

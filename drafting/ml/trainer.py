@@ -121,7 +121,8 @@ class _Unrolled(nn.Module):
         # Kept off the module tree (object.__setattr__): the compiled wrapper shares the drafter's weights,
         # and registering it would list them twice for DDP and the optimizer. Static shapes: batches are
         # padded to a few lengths, each compiled once; dynamo's automatic dynamic shapes lowered
-        # FlexAttention with a symbolic length that torch 2.11's Inductor could not compile (GPU run 7).
+        # FlexAttention with a symbolic length that torch 2.11's Inductor could not compile
+        # (docs/design/compile-threshold.md).
         if compiled:
             _allow_recompiles(RECOMPILE_LIMIT)
             drafter.rotary.prepare(drafter.fc.weight.device)
@@ -236,10 +237,11 @@ class Trainer:
         [5, K]). Raises StopRequested, NonFiniteLoss or StepOutOfMemory on every rank alike.
 
         The host waits on the GPU once, after the gradients and before the weights change: that is where a
-        non-finite loss or gradient is stopped. GPU run 13's profile found the H200 waiting on the host ~5 ms
-        of a 131 ms step, when this waited between forward and backward and again for the grad norm after
-        the optimizer had run. Under DDP the ranks also agree before backward, which all-reduces: a rank
-        whose forward ran out of memory cannot join it, and the others would wait for it forever."""
+        non-finite loss or gradient is stopped. Waiting twice (for the loss between forward and backward,
+        and for the grad norm after the optimizer) left an H200 idle ~5 ms of a 131 ms step at the 8B shape;
+        once, 2.7 ms (docs/design/training-step.md). Under DDP the ranks also agree before backward, which
+        all-reduces: a rank whose forward ran out of memory cannot join it, and the others would wait for it
+        forever."""
         if stop_requested and not self.ranks.distributed:
             raise StopRequested()
         self.drafter.train()

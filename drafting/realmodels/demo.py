@@ -122,14 +122,14 @@ def real_pipeline_spec(
     return spec
 
 
-# The GPU recipe (docs/real-models.md): what GPU runs 11-12 ran on one H200 with SGLang 0.5.14, CUDA graphs
-# on. 16,000 self-prompted conversations with task openers, greedy answers of up to 384 tokens, lr 1e-3 for
+# The GPU recipe (docs/real-models.md), measured on one H200 with SGLang 0.5.14, CUDA graphs on. 16,000
+# self-prompted conversations with task openers, greedy answers of up to 384 tokens, lr 1e-3 for
 # 10 epochs: generate + extract + train in 19.8 minutes, served at accept length 3.04 on 72 MT-Bench
 # questions at (5,1,6) (2.63 on the sweep's 8, decoded past their end of turn); 12,000 served 2.94 there.
 GPU_HELD_OUT_PROMPTS = 72  # the next nine per category of MT-Bench's 80, after the 8 eval questions
 GPU_CONFIGS = [
     {"steps": 5, "topk": 1, "draft_tokens": 6},  # the chain every run reports
-    {"steps": 5, "topk": 4, "draft_tokens": 8},  # the tree: 3.06 in run 8 (3.32 on the held-out 72)
+    {"steps": 5, "topk": 4, "draft_tokens": 8},  # the tree: 3.06 from 12,000 conversations (3.32 held out)
 ]
 ANSWER_TOKENS = 384  # SmolLM2-135M loops under greedy decoding: half of 512-token answers hit the limit
 SWEEP_TOKENS = 192
@@ -152,7 +152,8 @@ def gpu_pipeline_spec(
     """An eagle3 pipeline from prompts the target writes itself, on a GPU host with SGLang. `sglang_args`
     go to every SGLang launch (a wheel set without flashinfer needs triton attention and pytorch sampling).
     eval is left out unless asked (`eval_step`): on the GPU it decodes the sweep's requests again, about
-    3.5 minutes, and the sweep measures what eval predicts (within 2 % in run 5)."""
+    3.5 minutes, and the sweep measures what eval predicts (within 2 %,
+    docs/design/eval-predicts-serving.md)."""
     extra = list(sglang_args or [])
     self_prompts: dict[str, Any] = {"count": conversations, "temperature": 1.0, "max_new_tokens": 160}
     if openers:
@@ -166,7 +167,7 @@ def gpu_pipeline_spec(
             "temperature": 0.0,  # the drafter serves greedy decoding: learn the target's greedy answers
             "max_new_tokens": ANSWER_TOKENS,
             "truncated_answers": truncated_answers,
-            "concurrency": 256,  # run 7: 247 requests in flight, 18.1 k tok/s
+            "concurrency": 256,  # on one H200: 247 requests in flight, 18.1 k tok/s
             "multi_turn": False,
             "engine": {"engine": "sglang", "mem_fraction_static": 0.6, "extra_args": extra},
         },
@@ -195,6 +196,7 @@ def gpu_pipeline_spec(
             "max_new_tokens": SWEEP_TOKENS,
         }  # fmt: skip
     if "held_out_prompts" in assets:
-        # served too (serve_held_out): SGLang on the prompts train's estimate walks, within 1.1 % in run 8
+        # served too (serve_held_out): SGLang on the prompts train's estimate walks (within 1.1-1.8 %,
+        # docs/design/checkpoint-choice.md)
         spec["held_out"] = {"prompts": assets["held_out_prompts"], "serve": True}
     return spec

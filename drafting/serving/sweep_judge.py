@@ -24,11 +24,11 @@ from drafting.userfiles import check_model_folder
 # outputs; greedy outputs repeat, and where configs flip at a near-tie they flip at the same position (the
 # target's logits tie there, whatever the draft). Each distinct first divergence is scored once (cached).
 # Each scoring is a float32 forward of the prompt and the shared prefix on the CPU (the servers hold the
-# GPUs): 1-2 s for a 135M target (GPU run 12: 2.2 s over up to 384 answer tokens), a minute for an 8B one
-# over 1k tokens. A config gets MAX_SCORED_PER_CONFIG new scorings whatever they cost (every prompt of a
-# 16-prompt sweep once), then more while its scoring has taken less than SCORING_BUDGET_S: GPU run 8's
-# held-out sweep (72 prompts, 135M target) left 81 of 113 divergences unjudged under a count of 16 alone;
-# run 12's judged 56 within the budget and left 18. Divergences past both are reported `unscored`.
+# GPUs): 1-2 s for a 135M target (2.2 s over up to 384 answer tokens), a minute for an 8B one over 1k
+# tokens. A config gets MAX_SCORED_PER_CONFIG new scorings whatever they cost (every prompt of a 16-prompt
+# sweep once), then more while its scoring has taken less than SCORING_BUDGET_S: on a 72-prompt held-out
+# sweep of a 135M target a count of 16 alone left 81 of 113 divergences unjudged; the budget judged 56 and
+# left 18 (docs/design/near-tie-judging.md). Divergences past both are reported `unscored`.
 MAX_SCORED_PER_CONFIG = 16
 SCORING_BUDGET_S = 120.0
 MAX_DETAILS = 32  # divergence details kept per row (a result lives in the database and in events)

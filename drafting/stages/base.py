@@ -48,8 +48,8 @@ class StageError(Exception):
 
 
 def out_of_memory(what: str, batch_size: int, seq_len: int, held: Sequence[int]) -> StageError:
-    """The error of a CUDA out-of-memory on a batch, naming the GPUs' other holders when there are any (run 4
-    on the H200: five other trainings held 130 GiB, and the advice to lower the batch was wrong)."""
+    """The error of a CUDA out-of-memory on a batch, naming the GPUs' other holders when there are any: when
+    other processes hold the memory, freeing the GPU is the advice, not a smaller batch."""
     holders = gpus.memory_holders(held)
     advice = (
         "lower batch_size or max_len"

@@ -53,10 +53,11 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # Batches are padded to a multiple of FlexAttention's block size on a GPU: a few distinct lengths, each
 # compiled once as a static graph (trainer.py says why not dynamic shapes), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
-# Static graphs compile once per padded length (GPU run 7), so the stage asks this many steps per compile.
-# GPU run 8 (bench/gpu/compile_check.py, SmolLM2's shape, beside a generate server): ~24 s a counted compile,
+# Static graphs compile once per padded length (trainer.py), so the stage asks this many steps per compile.
+# On an H200 (bench/gpu/compile_check.py, SmolLM2's shape, beside a generate server): ~24 s a counted compile,
 # and the compiled step took 0.66 of the eager one; at a real SmolLM2 step (0.099 s, batch 32) that pays
-# back from ~720 steps a compile, or ~1,200 if the saving is the 20 % of the 8B-shaped bench_train.
+# back from ~720 steps a compile, or ~1,200 if the saving is the 20 % of the 8B-shaped bench_train
+# (docs/design/compile-threshold.md).
 COMPILE_MIN_STEPS = 1200
 # Params that define the run: resuming with any of them changed cannot continue it exactly.
 _RUN_DEFINING = (
@@ -200,7 +201,7 @@ def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, An
     compile_record = {"requested": params.compile, "used": compiled, "fell_back": trainer.compile_fallback}
     samples = {"train": len(train_rows), "val": len(val_rows), "held_out": held}
     head_steps = trainer.argmax_cache.report()  # the full-vocab head runs in a sample's first step only
-    peak = _peak_gpu_bytes(inputs.device)  # what the run needs beside others on the GPU (issue 15's table)
+    peak = _peak_gpu_bytes(inputs.device)  # what the run needs beside others on the GPU
     return {
         **result, "samples": samples, "compile": compile_record, "target_head": head_steps,
         "peak_gpu_bytes": peak,

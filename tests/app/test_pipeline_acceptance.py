@@ -1,6 +1,6 @@
 """The pipeline's acceptance table: training's estimate, eval's figure and the served one by depth, with
 errors against the served figure. Inputs are step results shaped as the stages write them (the numbers are
-the H200 run of 2026-12-02, docs/gpu/real_smollm2_h200_run2.json, where it has them)."""
+a SmolLM2-135M pipeline's on an H200, where it has them)."""
 
 from __future__ import annotations
 

@@ -207,7 +207,8 @@ def test_a_full_vocabulary_draft_without_d2t_loads_as_the_identity(
     tiny_target: LlamaForCausalLM, tmp_path: Path
 ) -> None:
     # speculators' save_pretrained writes no d2t when the draft vocabulary is the target's; SGLang serves
-    # such a draft (seen on the H200, docs/gpu/smoke_fault1_h200.json), so the reference engine must too.
+    # such a draft (seen on the H200, bench/results/h200_draft-dtype-smoke_eyas-0.1.0_sglang-0.5.14.json),
+    # so the reference engine must too.
     config = tiny_target.config.to_dict()
     full = Eagle3Drafter.from_target_config(config, draft_vocab_size=256, aux_layer_ids=[2, 4, 5])
     folder = tmp_path / "full"

@@ -84,9 +84,9 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-# The GPU run 7 failure (torch 2.11's Inductor could not lower FlexAttention at a recompile, docs/gpu/
-# RUNBOOK.md) cannot happen on this CPU torch. These backends stand in for that compiler, at the edge: real
-# dynamo tracing and graphs, and a compile that raises at its n-th call.
+# The GPU failure (torch 2.11's Inductor could not lower FlexAttention at a recompile,
+# docs/design/compile-threshold.md) cannot happen on this CPU torch. These backends stand in for that
+# compiler, at the edge: real dynamo tracing and graphs, and a compile that raises at its n-th call.
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Any]
 
 

@@ -47,8 +47,8 @@ def test_fatal_lines_are_still_caught(line: str, name: str) -> None:
 
 
 def test_the_exception_line_past_a_long_traceback_is_named() -> None:
-    # As on the H200 (docs/gpu/smoke_fault1_h200.json): a CUDA-graph capture traceback longer than the quoted
-    # context; the line that names the cause closes it.
+    # As on the H200 (bench/results/h200_draft-dtype-smoke_eyas-0.1.0_sglang-0.5.14.json): a CUDA-graph
+    # capture traceback longer than the quoted context; the line that names the cause closes it.
     from drafting.serving.server_log import ServerLog
 
     log = ServerLog()

@@ -48,7 +48,8 @@ _COUNTED = (
 )
 
 DIARY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a run's number", re.compile(r"\bruns? \d+(?:\s*[–-]\s*\d+)?\b" + _COUNTED, re.IGNORECASE)),
+    # (a range is read whole: "run 7–8 s" counts seconds, so "run 7" alone must not match inside it)
+    ("a run's number", re.compile(r"\bruns? \d+(?:\s*[–-]\s*\d+)?(?!\d|\s*[–-]\s*\d)" + _COUNTED, re.I)),
     ("a run's ordinal", re.compile(rf"\b(?:{_ORDINALS}) (?:GPU )?run\b", re.IGNORECASE)),
     ("a GPU run", re.compile(r"\bGPU runs?\b", re.IGNORECASE)),
     (
@@ -60,6 +61,10 @@ DIARY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("an issue's number", re.compile(r"\bissues? \d+|(?<![\w&/#])#\d+\b", re.IGNORECASE)),
+    (
+        "a note on how we work",
+        re.compile(r"\bother engineers\b|\bthe lead (?:measures|records)\b|\bmy error\b", re.I),
+    ),
     (
         "a clock time",
         re.compile(r"\b[0-2]?\d:[0-5]\d(?::[0-5]\d)?(?:\s*[–-]\s*[0-2]?\d:[0-5]\d)?\s*(?:UTC)?\b"),
@@ -177,13 +182,14 @@ PLANTED = (
     "Given back with 382 s of device time left.",
     "| C | the pipeline | 427 s | 1,137 s of the budget |",
     "budget_left was 612 s after call D",
+    "The machine was shared with other engineers' test runs; the lead measures the GPU host.",
     "The default changed on 2026-12-04 after the sweep.",
 )
 
 PRODUCT_TEXT = (
     "A dry run renders the command and starts nothing.",
     "Run the suite with `bash scripts/test.sh`.",
-    "The sweep runs 2 rounds; a job that had run 7 s is reaped.",
+    "The sweep runs 2 rounds; a job that had run 7 s is reaped; their tasks had run 7–8 s.",
     "The service flushes the session and never commits; the request's session commits.",
     "Near-ties are judged within the scoring budget of 120 s.",
     "The profile gives each kernel's time per step.",

@@ -5,9 +5,9 @@ the argmax over the full vocab (accuracy, and whether the target's choice lies i
 Only the argmax needs every row of lm_head (128k at the 8B shape against a 32k draft vocab), and it cannot
 change between epochs: the stored states and the head are the same. So the first epoch computes it with the
 full head and keeps it per sample (int32, on the training device), and every later step multiplies by the
-draft rows alone: about three quarters of the head's time at the 8B shape (docs/training.md, "Training
-throughput"). A batch is served from the cache only when every sample in it is there; past the byte budget
-the rest are computed each time, as before.
+draft rows alone: about three quarters of the head's time at the 8B shape (docs/design/training-step.md).
+A batch is served from the cache only when every sample in it is there; past the byte budget the rest are
+computed each time, as before.
 """
 
 from __future__ import annotations

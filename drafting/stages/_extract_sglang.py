@@ -44,7 +44,7 @@ def host_problem(installed: str | None, cuda_devices: int, tp_size: int, world: 
     problems = []
     if cuda_devices < tp_size:
         problems.append(
-            f"SGLang's model classes run on CUDA GPUs: tp_size {tp_size} needs {tp_size}, "
+            f"SGLang's model classes run on CUDA GPUs and tp_size {tp_size} needs {tp_size}, "
             f"this host shows {cuda_devices}"
         )
     if installed is None:

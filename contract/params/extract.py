@@ -4,15 +4,46 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from contract.params.common import DataParallelParams, HostPath
 
 Dtype = Literal["bfloat16", "float16", "float32"]
+# SGLang 0.5.14's attention kernels for CUDA GPUs (server_args.py ATTENTION_BACKEND_CHOICES, less those of
+# other platforms and the deprecated aliases).
+SGLangAttention = Literal[
+    "triton", "torch_native", "flex_attention", "dsa", "dsv4", "cutlass_mla", "fa3", "fa4", "flashinfer",
+    "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "dual_chunk_flash_attn",
+]  # fmt: skip
 
 
 class ExtractParams(DataParallelParams):
     target: HostPath = Field(description="target model folder (HF layout, safetensors)")
+    backend: Literal["hf", "sglang"] = Field(
+        "hf",
+        description="what runs the target: hf (transformers, one whole copy per GPU, data parallel) or "
+        "sglang (SGLang's own model classes, one tensor-parallel group of tp_size GPUs: for targets too big "
+        "for one GPU, and states captured by the code that will serve the draft)",
+    )
+    tp_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="sglang backend: GPUs the target is split over (tensor parallel); the job leases exactly "
+        "this many. The hf backend keeps 1",
+    )
+    attention_backend: SGLangAttention | None = Field(
+        None,
+        description="sglang backend: SGLang's attention kernels (default SGLang's choice for the GPU; triton "
+        "where flashinfer is not installed)",
+    )
+    mem_fraction_static: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="sglang backend: fraction of GPU memory for weights and KV cache (default SGLang's); "
+        "lower it when long samples run out of memory for activations",
+    )
     data: HostPath = Field(
         description="JSONL of conversations: OpenAI `messages` or ShareGPT `conversations` per line"
     )
@@ -44,3 +75,40 @@ class ExtractParams(DataParallelParams):
         ge=0,
         description="pretend the output filesystem has this many free bytes (tests and dry runs)",
     )
+
+    @model_validator(mode="after")
+    def _backend_fits(self) -> ExtractParams:
+        if self.backend == "hf":
+            sglang_only = {
+                "tp_size": self.tp_size != 1,
+                "attention_backend": self.attention_backend is not None,
+            }
+            sglang_only["mem_fraction_static"] = self.mem_fraction_static is not None
+            named = [name for name, given in sglang_only.items() if given]
+            if named:
+                raise ValueError(
+                    f"{', '.join(named)} only apply to backend sglang: the hf backend runs one whole copy of "
+                    "the target per GPU"
+                )
+            return self
+        if self.device != "cuda":
+            raise ValueError("backend sglang runs SGLang's model classes on CUDA GPUs: device must be cuda")
+        if self.ranks is not None and self.ranks != self.tp_size:
+            raise ValueError(
+                f"ranks is {self.ranks} but tp_size is {self.tp_size}: backend sglang runs one rank per GPU "
+                "of its tensor-parallel group (leave ranks unset)"
+            )
+        return self
+
+    def gpus_needed(self) -> int:
+        return self.tp_size if self.backend == "sglang" else super().gpus_needed()
+
+    def gpus_conflict(self, gpus: int) -> str | None:
+        if self.backend == "sglang" and gpus != self.tp_size:
+            # SGLang sets up its model parallelism over a world of exactly tp_size processes
+            # (distributed/parallel_state.py initialize_model_parallel): one group, no data-parallel replicas.
+            return (
+                f"tp_size is {self.tp_size} but the job asks for {gpus} GPU(s): backend sglang splits the "
+                "target over exactly tp_size GPUs"
+            )
+        return super().gpus_conflict(gpus)

@@ -27,9 +27,17 @@ from drafting.ml.hidden_store import hidden_path, write_safetensors
 
 @dataclass
 class HostBatch:
-    states: torch.Tensor  # [B, S, 4, T] in host memory
+    states: torch.Tensor  # [B, S, 4, T] right-padded rows, or with `packed` [N, 4, T]: the rows end to end
     ready: Any  # torch.cuda.Event marking the end of the copy, or None for CPU tensors
     rows: list[tuple[int, torch.Tensor]]  # (dataset index, token ids [seq_len])
+    packed: bool = False  # SGLang's extend batches carry no padding: row i follows row i-1's last token
+
+    def row_states(self) -> list[torch.Tensor]:
+        """Each row's [seq_len, 4, T] states, in `rows` order."""
+        lengths = [token_ids.shape[0] for _, token_ids in self.rows]
+        if self.packed:
+            return list(self.states.split(lengths))
+        return [self.states[row, :seq_len] for row, seq_len in enumerate(lengths)]
 
 
 @dataclass(frozen=True)
@@ -94,11 +102,10 @@ class AsyncWriter:
     def _write(self, batch: HostBatch) -> None:
         if batch.ready is not None:
             batch.ready.synchronize()
-        for row, (index, token_ids) in enumerate(batch.rows):
-            seq_len = token_ids.shape[0]
+        for (index, token_ids), states in zip(batch.rows, batch.row_states(), strict=True):
             size = write_safetensors(
                 hidden_path(self._output, index),
-                {"hidden_states": batch.states[row, :seq_len], "token_ids": token_ids},
+                {"hidden_states": states, "token_ids": token_ids},
                 durable=self._durable,
             )
-            self._completed.put(Written(index, seq_len, size))
+            self._completed.put(Written(index, token_ids.shape[0], size))

@@ -2,15 +2,15 @@
 
 With several GPUs (or `ranks` on CPU) the stage runs itself as torchrun ranks: rank 0 tokenizes and checks
 the disk, every rank extracts its share of the pending samples (dealt by length, so the shares weigh the
-same), and rank 0 finishes the manifest once all have written theirs.
+same), and rank 0 finishes the manifest once all have written theirs. With backend sglang the ranks are one
+tensor-parallel group running the target in SGLang's own classes (`_extract_sglang.py`): each runs every
+sample, rank 0 writes.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +30,7 @@ from drafting.ml._dataset import (
     write_dataset,
     write_token_freq,
 )
-from drafting.ml._writer import AsyncWriter, Written
+from drafting.ml._writer import AsyncWriter
 from drafting.ml.capture import extraction_indices
 from drafting.ml.conversations import tokenize_file
 from drafting.ml.distributed import Ranks
@@ -43,6 +43,8 @@ from drafting.ml.extraction import (
     pending_samples,
     required_bytes,
 )
+from drafting.stages._extract_sglang import check_host, extract_with_sglang
+from drafting.stages._extract_writing import ExtractProgress, RunTotals, close_writer
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from drafting.stages.base import StageContext, StageError, out_of_memory
 from drafting.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
@@ -71,6 +73,9 @@ class _Inputs:
 
 def run(ctx: StageContext, params: ExtractParams) -> dict[str, Any]:
     world = world_size(ctx, params)
+    if params.backend == "sglang" and not distributed.launched_by_torchrun():
+        check_host(params, world)
+        return run_ranks(ctx, "extract", params, world)
     if world > 1 and not distributed.launched_by_torchrun():
         return run_ranks(ctx, "extract", params, world)
     ranks = distributed.join(params.device)
@@ -78,9 +83,22 @@ def run(ctx: StageContext, params: ExtractParams) -> dict[str, Any]:
     inputs = _resolve(params)
     device = _device(params, ranks)
     manifest, rows, pending = _plan(ctx, params, inputs, ranks)
-    mine = pending[ranks.rank :: ranks.world]
-    progress = _Progress(ctx, rows, pending, share=len(mine) / max(len(pending), 1))
-    if mine:
+    # Data-parallel ranks (hf) take a share each; tensor-parallel ranks (sglang) all run every sample.
+    mine = pending if params.backend == "sglang" else pending[ranks.rank :: ranks.world]
+    progress = ExtractProgress(ctx, rows, pending, share=len(mine) / max(len(pending), 1))
+    if mine and params.backend == "sglang":
+        ids = manifest["sglang_aux_layer_ids"]  # what the draft config will carry
+        extract_with_sglang(
+            ctx,
+            params,
+            aux_layers=inputs.aux_layers,
+            sglang_aux_ids=ids,
+            dtype=inputs.dtype,
+            ranks=ranks,
+            pending=mine,
+            progress=progress,
+        )
+    elif mine:
         _extract(ctx, params, inputs, device, mine, progress)
     written = _written_by_all(ranks, device, progress)
     if not ranks.is_main:
@@ -116,19 +134,12 @@ def _plan(
     return manifest, rows, sorted(pending, key=lambda s: (-len(s.input_ids), s.index))
 
 
-@dataclass(frozen=True)
-class _RunTotals:
-    samples: int
-    tokens: int
-    bytes: int
-
-
-def _written_by_all(ranks: Ranks, device: torch.device, progress: _Progress) -> _RunTotals:
+def _written_by_all(ranks: Ranks, device: torch.device, progress: ExtractProgress) -> RunTotals:
     """What every rank wrote in this run (the sum is also the point where rank 0 knows all are done)."""
     mine = [progress.samples_written, progress.tokens_written, progress.bytes_written]
     total = distributed.sum_across(ranks, torch.tensor(mine, dtype=torch.float64, device=device))
     samples, tokens, size = (int(v) for v in total.tolist())
-    return _RunTotals(samples, tokens, size)
+    return RunTotals(samples, tokens, size)
 
 
 def _resolve(params: ExtractParams) -> _Inputs:
@@ -178,6 +189,8 @@ def _fingerprint_inputs(params: ExtractParams, inputs: _Inputs) -> dict[str, Any
         "max_len": params.max_len,
         "overlong": params.overlong,
         "limit": params.limit,
+        # States of two engines must not mix in one folder; an hf extraction's key stays what it was.
+        **({"backend": params.backend} if params.backend != "hf" else {}),
     }
 
 
@@ -286,7 +299,7 @@ def _extract(
     inputs: _Inputs,
     device: torch.device,
     pending: list[PendingSample],
-    progress: _Progress,
+    progress: ExtractProgress,
 ) -> None:
     ctx.log(f"loading the target {inputs.target} ({params.dtype}, {device})")
     model = load_target_model(inputs.target, dtype=inputs.dtype, device=device)
@@ -309,18 +322,8 @@ def _extract(
     except BatchOutOfMemory as exc:
         raise out_of_memory(str(exc), exc.batch_size, exc.seq_len, ctx.gpus) from None
     finally:
-        _close_writer(writer, progress)
+        close_writer(writer, progress)
     progress.emit(force=True)
-
-
-def _close_writer(writer: AsyncWriter, progress: _Progress) -> None:
-    """Let queued batches land (they are complete data) before leaving, even on cancel or error."""
-    try:
-        progress.update(writer.close())
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise StageError(f"disk full while writing: {exc}", reason=TerminationReason.DISK_FULL) from exc
-        raise
 
 
 def _finish(
@@ -328,7 +331,7 @@ def _finish(
     inputs: _Inputs,
     manifest: dict[str, Any],
     rows: list[list[int]],
-    written_this_run: _RunTotals,
+    written_this_run: RunTotals,
     tokens_per_s: float,
 ) -> dict[str, Any]:
     files = [hidden_store.hidden_path(inputs.output, i) for i in range(len(rows))]
@@ -349,47 +352,3 @@ def _finish(
     ctx.artifact("hidden_states", inputs.output, {k: manifest[k] for k in ("aux_layers", "dtype", "tokens")})
     ctx.progress(1.0, "done")
     return result
-
-
-class _Progress:
-    """Progress and throughput events, at most one batch of them per second.
-
-    With several ranks, rank 0 reports for all from its own `share` of the pending samples: the shares are
-    dealt by length, so they progress alike (the result's figures are exact sums)."""
-
-    def __init__(
-        self, ctx: StageContext, rows: list[list[int]], pending: list[PendingSample], *, share: float = 1.0
-    ) -> None:
-        self._ctx = ctx
-        self._share = max(share, 1e-9)
-        self._total_tokens = max(sum(len(r) for r in rows), 1)
-        self._done_tokens = self._total_tokens - sum(len(s.input_ids) for s in pending)
-        self._started = time.monotonic()
-        self._last_emit = 0.0
-        self.samples_written = self.tokens_written = self.bytes_written = 0
-
-    def update(self, written: list[Written]) -> None:
-        for item in written:
-            self.samples_written += 1
-            self.tokens_written += item.tokens
-            self.bytes_written += item.bytes
-        self.emit()
-
-    def tokens_per_s(self, written: _RunTotals | None = None) -> float:
-        tokens = written.tokens if written is not None else self.tokens_written / self._share
-        return tokens / max(time.monotonic() - self._started, 1e-9)
-
-    def emit(self, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_emit < 1.0:
-            return
-        self._last_emit = now
-        done = min(self._done_tokens + round(self.tokens_written / self._share), self._total_tokens)
-        rate = self.tokens_per_s()
-        self._ctx.progress(
-            done / self._total_tokens, f"{done} / {self._total_tokens} tokens, {rate:,.0f} tok/s"
-        )
-        step = self.samples_written
-        self._ctx.metric("extract/tokens_per_s", rate, step)
-        self._ctx.metric("extract/bytes_written", self.bytes_written, step)
-        self._ctx.metric("extract/samples_written", self.samples_written, step)

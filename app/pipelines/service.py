@@ -139,17 +139,18 @@ def state_of(latest: dict[str, Job]) -> tuple[str, str | None]:
 
 
 def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> PipelineRead:
-    """Cancel what is running and what waits; finished steps stay as they are. A pipeline whose every step
-    already ended has nothing to cancel: 409, as for a job that ended."""
+    """Cancel what is running and what waits, in every job the pipeline owns (each retry's too, not only
+    the latest of each step); finished steps stay as they are. A pipeline whose every job already ended
+    has nothing to cancel: 409, as for a job that ended."""
     pipeline = get_pipeline(session, pipeline_id)
-    latest = latest_jobs(session, pipeline)
-    if all(job.state in TERMINAL for job in latest.values()):
-        state, _ = state_of(latest)
+    live = [job for job in repository.jobs_of(session, pipeline.id) if job.state not in TERMINAL]
+    if not live:
+        state, _ = state_of(latest_jobs(session, pipeline))
         raise AppError(
             ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} already ended ({state})", state=state
         )
-    for job in latest.values():
-        if job.state not in TERMINAL and job.state != JobState.CANCELLING:
+    for job in live:
+        if job.state != JobState.CANCELLING:
             jobs.request_cancel(session, job_id=job.id)
     return read(session, pipeline)
 
@@ -169,7 +170,7 @@ def retry_pipeline(
     pipeline = get_pipeline(session, pipeline_id)
     latest = latest_jobs(session, pipeline)
     state, failed_step = state_of(latest)
-    if any(job.state not in TERMINAL for job in latest.values()):
+    if any(job.state not in TERMINAL for job in repository.jobs_of(session, pipeline.id)):
         raise AppError(
             ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} is {state}: retry it once it ended"
         )
@@ -185,7 +186,12 @@ def retry_pipeline(
     plans = eagle3_plan(spec, root)
     first = _first_rerun(plans, start, failed_step, retry, _changed_steps(pipeline, spec))
     done = {p.step: latest[p.step] for p in plans[:first]}
-    pipeline.retries += 1
+    if not repository.count_retry(session, pipeline.id, seen=pipeline.retries):
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION,
+            f"pipeline {pipeline_id} was retried by another request meanwhile; read it again",
+        )
+    session.expire(pipeline, ["retries"])  # the UPDATE above moved it in the database
     if retry.params:
         pipeline.spec, pipeline.run_root = spec.model_dump(mode="json"), root
     _submit_steps(session, settings, pipeline, plans[first:], done=done, principal=principal)

@@ -20,7 +20,7 @@ class HeldOutSpec(BaseModel):
     held_out.jsonl, kept to compare runs on one set). `extract` turns them into hidden states, and `train`
     validates on that extraction every epoch and takes its acceptance estimate and best epoch from it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     prompts: HostPath | None = Field(
         None,
@@ -111,7 +111,7 @@ def _refuse_template_fields(section: str, params: Any) -> Any:
 class Eagle3PipelineCreate(BaseModel):
     """Everything from hidden states to the benchmark table, as one request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     template: Literal["eagle3"] = "eagle3"
     target: HostPath = Field(description="target model folder (HF layout)")
@@ -244,7 +244,7 @@ class PipelineRetry(BaseModel):
     step params changed. Each section's keys replace the spec's (a null value sets null: the param's own
     default), the whole spec is validated again, and the changed spec is the pipeline's from then on."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     from_step: str | None = Field(
         None,

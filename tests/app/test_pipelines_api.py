@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.artifacts import service as artifacts
@@ -18,6 +19,12 @@ from app.jobs.states import JobState
 from tests.app.test_jobs_api import register_host
 
 Headers = dict[str, str]
+
+
+@pytest.fixture(autouse=True)
+def _spec_host_registered(settings: Settings) -> None:
+    """The specs here name host gpu-a, registered as its worker would be (an unknown host is refused)."""
+    register_host(settings, "gpu-a")
 
 
 def spec(tmp: str, **extra: Any) -> dict[str, Any]:
@@ -239,7 +246,7 @@ def test_fix_keys_reads_the_checkpoint_train_hands_on_not_the_newest_epoch(
 
 
 def test_eval_asks_the_sweeps_requests_unless_told_otherwise(
-    client: TestClient, admin: Headers, tmp_path: Any
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
 ) -> None:
     """Run 4 on the H200: eval named no prompts and measured the built-in set while the sweep asked MT-Bench,
     so its prediction sat beside a served figure of other requests. Now it asks what the sweep asks, at the
@@ -249,6 +256,7 @@ def test_eval_asks_the_sweeps_requests_unless_told_otherwise(
     swept = {"prompts": "mtbench", "max_prompts": 8, "max_new_tokens": 192, "ignore_eos": False,
              "configs": configs, "launch": {"engine": "sglang"}}  # fmt: skip
     body = spec(str(tmp_path), eval={"device": "cpu"}, benchmark=swept)
+    register_host(settings, "gpu-a", gpus=1)  # SGLang serves on a GPU
     created = client.post("/v1/pipelines", json=body, headers=admin)
     assert created.status_code == 201, created.text
     evaluated = next(j for j in created.json()["jobs"] if j["kind"] == "eval")["params"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from app.apidoc.router import router as apidoc_router
 from app.artifacts.router import router as artifacts_router
 from app.benchmarks.router import router as benchmarks_router
 from app.dashboard.router import router as dashboard_router
@@ -32,5 +33,6 @@ def include_routers(app: FastAPI) -> None:
         pipelines_router,
         dashboard_router,
         launch_router,
+        apidoc_router,
     ):
         app.include_router(router)

@@ -13,6 +13,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import dispose_engines
 from app.core.errors import install_error_handlers
 from app.core.limits import BodySizeLimit
+from app.core.methods import HeadAndOptions
 from app.core.openapi import install_openapi
 from app.core.security import FailureLimiter, PrincipalCache
 from app.jobs.maintenance import MaintenanceLoop
@@ -40,6 +41,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Control plane for training EAGLE-3 drafters and serving them with SGLang.",
         version="0.1.0",
         lifespan=lifespan,
+        # The document is served to tokens only (app/apidoc), and no viewer page (theirs load from a CDN).
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        # A path is the path: a redirect to the slash-less one would be built from the client's Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.auth_limiter = FailureLimiter(settings.auth_failures_per_minute)
@@ -51,4 +58,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Log pages, results and the dashboard's scripts shrink 5-10x; Server-Sent Events are never compressed
     # (Starlette excludes text/event-stream), so live logs stay live.
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES)
+    app.add_middleware(HeadAndOptions, routes=app.router.routes)
     return app

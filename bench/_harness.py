@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from app.core.config import Settings  # noqa: E402
 from app.core.db import session_scope  # noqa: E402
 from app.core.security import Scope  # noqa: E402
+from app.hosts import service as hosts  # noqa: E402
 from app.tokens import service as tokens  # noqa: E402
 from cli.local import db_upgrade  # noqa: E402
 from drafting import proc  # noqa: E402
@@ -137,7 +138,8 @@ class Eyas:
 @contextmanager
 def eyas(settings: Settings, folder: Path, *, worker_host: str | None = None) -> Iterator[Eyas]:
     """`eyas api` on a free port, ready once /healthz answers, and with worker_host an `eyas worker` for that
-    host, ready once it logs "ready."; their logs are folder/api.log and folder/worker.log."""
+    host, ready once it logs "ready." and its host has registered (a job for an unregistered host is
+    refused); their logs are folder/api.log and folder/worker.log."""
     headers = {"Authorization": f"Bearer {admin_token(settings)}"}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -160,7 +162,30 @@ def eyas(settings: Settings, folder: Path, *, worker_host: str | None = None) ->
                     ready_text="ready.",
                 )
             )
+            registered(url, headers, worker_host)
         yield Eyas(url, headers, api, worker)
+
+
+def registered(url: str, headers: dict[str, str], host: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(f"{url}/v1/hosts/{host}", headers=headers).status_code != 200:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"host {host} did not register within {timeout_s} s")
+        time.sleep(0.1)
+
+
+def register_idle_host(settings: Settings, host: str) -> None:
+    """A host registered as its worker would be, with no worker running: its jobs stay queued."""
+    with session_scope(settings) as session:
+        hosts.record_heartbeat(
+            session,
+            name=host,
+            worker="bench",
+            gpus=[],
+            gpu_error="no worker runs",
+            shm=None,
+            allowed_roots=[],
+        )
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _harness import bare_endpoint, database, eyas, make_settings, summary_ms
+from _harness import bare_endpoint, database, eyas, make_settings, register_idle_host, summary_ms
 
 from app.core.config import Settings
 
@@ -43,6 +43,7 @@ async def load(url: str, headers: dict[str, str], clients: int, seconds: float) 
 
 
 def eyas_reads(settings: Settings, folder: Path, args: argparse.Namespace) -> dict[str, float]:
+    register_idle_host(settings, "bench")
     with eyas(settings, folder) as running:
         job = httpx.post(
             f"{running.url}/v1/jobs", json={"kind": "selftest", "host": "bench"}, headers=running.headers

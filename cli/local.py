@@ -106,7 +106,7 @@ def up(
     )
     _wait_for_host(settings, host_name, worker, data_dir / "worker.log")
     url = f"http://{host}:{port}"
-    typer.echo(f"eyas is up (embedded: SQLite in {data_dir})\n  API:   {url}  (docs: {url}/docs)")
+    typer.echo(f"eyas is up (embedded: SQLite in {data_dir})\n  API:   {url}  (OpenAPI: {url}/openapi.json)")
     typer.echo(
         f"  token: {token}\n  (also in {data_dir / 'admin.token'}; worker log: {data_dir / 'worker.log'})"
     )

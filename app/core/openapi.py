@@ -1,4 +1,5 @@
-"""The OpenAPI document tells the truth about errors: every one is application/problem+json."""
+"""The OpenAPI document tells the truth about errors (every one is application/problem+json) and about
+authentication: a bearer token on every operation but the health probes."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ _ERRORS = {
     "503": "database unavailable",
 }
 _PUBLIC = ("/healthz", "/readyz")
+BEARER = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "an eyas token (eyas up prints one; POST /v1/tokens makes more); "
+    "scopes read < submit < admin",
+}
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -51,10 +58,15 @@ def install_openapi(app: FastAPI) -> None:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
-        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        components = schema.setdefault("components", {})
+        components.setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        components["securitySchemes"] = {"bearer": BEARER}
+        schema["security"] = [{"bearer": []}]
         for path, operations in schema.get("paths", {}).items():
             for operation in operations.values():
                 _document_errors(path, operation)
+                if path in _PUBLIC:
+                    operation["security"] = []
         app.openapi_schema = schema
         return schema
 

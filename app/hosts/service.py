@@ -48,6 +48,10 @@ def record_heartbeat(
     return host
 
 
+def find_host(session: Session, name: str) -> Host | None:
+    return repository.get(session, name)
+
+
 def get_host(session: Session, name: str) -> Host:
     return found_or_404(repository.get(session, name), f"no host named {name!r} has registered")
 
@@ -56,7 +60,9 @@ def place(session: Session, settings: Settings, *, gpus: int, host: str | None) 
     """Choose the host a new job runs on, or refuse now if no registered host could ever run it."""
     if host is not None:
         known = repository.get(session, host)
-        if known is not None and gpus > known.gpu_count:
+        if known is None:
+            raise _unknown_host(session, host)
+        if gpus > known.gpu_count:
             raise AppError(
                 ErrorCode.NO_HOST_CAN_SATISFY,
                 f"host {host!r} has {known.gpu_count} GPU(s); the job asks for {gpus}"
@@ -73,6 +79,19 @@ def place(session: Session, settings: Settings, *, gpus: int, host: str | None) 
     pool = online or candidates
     leased = {h.name: len(repository.leased_indices(session, h.name)) for h in pool}
     return min(pool, key=lambda h: (leased[h.name] - h.gpu_count, h.name)).name
+
+
+def _unknown_host(session: Session, name: str) -> AppError:
+    """A host that never registered: no worker consumes its queue, so a job there would wait forever. A
+    host that registered and is offline is known (its jobs wait for its worker to come back)."""
+    known = sorted(h.name for h in repository.all_hosts(session))
+    listed = f"known hosts: {', '.join(known)}" if known else "no host has registered yet"
+    return AppError(
+        ErrorCode.UNKNOWN_HOST,
+        f"no host {name!r} has registered ({listed}); a host registers when its worker starts",
+        errors=[{"field": "host", "message": "no such host"}],
+        known_hosts=known,
+    )
 
 
 def gpus_if_present(session: Session, *, host: str | None, wanted: int) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 from app.jobs.states import TERMINAL, JobState
 
@@ -14,7 +14,8 @@ HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class JobCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON's types as written (`"gpus": true` is not 1, `"timeout_s": "60"` not a number)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: str = Field(min_length=1, max_length=32, pattern=r"^[a-z_]+$")
     params: dict[str, Any] = Field(default_factory=dict)
@@ -22,7 +23,7 @@ class JobCreate(BaseModel):
     gpus: int | None = Field(
         None, ge=0, le=64, description="GPUs the job holds (default: 1 if the stage needs any)"
     )
-    depends_on: list[uuid.UUID] = Field(default_factory=list, max_length=64)
+    depends_on: list[Annotated[uuid.UUID, Strict(False)]] = Field(default_factory=list, max_length=64)
     max_attempts: int = Field(1, ge=1, le=10)
     timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
 

@@ -11,7 +11,7 @@ from app.jobs.schemas import HOST_NAME_PATTERN
 
 
 class RenderRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     spec: dict[str, Any] = Field(description="a launch spec (the params of a `launch` job)")
     host: str | None = Field(None, pattern=HOST_NAME_PATTERN, description="the GPU host whose checks to run")

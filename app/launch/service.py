@@ -7,10 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
+from app.core.db import session_scope
+from app.core.errors import AppError
 from app.core.security import Principal
+from app.hosts import service as hosts
 from app.jobs import service as jobs
 from app.jobs.schemas import JobCreate, JobRead
 from app.launch.schemas import RenderRequest, RenderResult
@@ -37,7 +41,29 @@ async def render(
         timeout=body.timeout,
         request=request,
     )
-    return result_of(job)
+    if job.terminal:
+        return result_of(job)
+    return await run_in_threadpool(_withdraw, settings, job, body.timeout)
+
+
+def _withdraw(settings: Settings, job: JobRead, waited_s: float) -> RenderResult:
+    """A dry run its host did not check within the wait is cancelled: nobody reads its answer later, and
+    hidden from listings it would otherwise wait for a worker that may never come. The answer names the
+    host and whether its worker is offline."""
+    with session_scope(settings) as session:
+        try:
+            current = JobRead.of(jobs.request_cancel(session, job_id=job.id))
+        except AppError:  # it ended just now: its own answer stands
+            return result_of(JobRead.of(jobs.get_job(session, job.id)))
+        known = hosts.find_host(session, job.host) if job.host else None
+        why = (
+            "its worker is offline" if known is None or not hosts.is_online(known, settings) else "it is busy"
+        )
+    result = result_of(current)
+    result.message = (
+        f"host {job.host!r} did not check the launch within {waited_s:g} s ({why}); the dry run was withdrawn"
+    )
+    return result
 
 
 def dry_run_spec(body: RenderRequest) -> JobCreate:

@@ -7,7 +7,8 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.jobs.schemas import HOST_NAME_PATTERN, JobRead
 from contract.params.common import HostPath
@@ -19,7 +20,7 @@ class HeldOutSpec(BaseModel):
     held_out.jsonl, kept to compare runs on one set). `extract` turns them into hidden states, and `train`
     validates on that extraction every epoch and takes its acceptance estimate and best epoch from it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     prompts: HostPath | None = Field(
         None,
@@ -62,10 +63,55 @@ class HeldOutSpec(BaseModel):
         return self
 
 
+# Params the eagle3 template sets itself in each section's steps (templates.eagle3_plan), by section, with
+# what sets them. Given in a spec or a retry they would be stored and never used (`train.output: /etc`), so
+# they are refused by name; null is taken as leaving one out.
+SET_BY_TEMPLATE: dict[str, dict[str, str]] = {
+    "generate": {
+        "target": "the pipeline's `target`",
+        "output": "the pipeline (<run folder>/conversations.jsonl)",
+    },
+    "extract": {
+        "target": "the pipeline's `target`",
+        "data": "the pipeline's `data`, or the generate step's output",
+        "output": "the pipeline (<run folder>/hidden_states)",
+    },
+    "train": {
+        "target": "the pipeline's `target`",
+        "data": "the extract step's hidden states",
+        "output": "the pipeline (<run folder>/train)",
+    },
+    "fix_keys": {
+        "source": "the train step's best checkpoint",
+        "dest": "the pipeline (<run folder>/sglang_draft)",
+    },
+    "eval": {"model": "the pipeline's `target`", "draft": "the fix_keys step's checkpoint"},
+    "benchmark": {"mode": "the pipeline (a sweep)"},
+    "benchmark.launch": {"model": "the pipeline's `target`", "draft": "the fix_keys step's checkpoint"},
+}
+
+
+def _refuse_template_fields(section: str, params: Any) -> Any:
+    """A section's params, or a 422 naming the first param in it that the template sets itself."""
+    if not isinstance(params, dict):
+        return params
+    owned = SET_BY_TEMPLATE.get(section, {})
+    for key, value in params.items():
+        if key in owned and value is not None:
+            raise PydanticCustomError(
+                "set_by_template",
+                "{field} is set by {setter}; leave it out",
+                {"field": f"{section}.{key}", "setter": owned[key]},
+            )
+    if section == "benchmark":
+        _refuse_template_fields("benchmark.launch", params.get("launch"))
+    return params
+
+
 class Eagle3PipelineCreate(BaseModel):
     """Everything from hidden states to the benchmark table, as one request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     template: Literal["eagle3"] = "eagle3"
     target: HostPath = Field(description="target model folder (HF layout)")
@@ -98,6 +144,11 @@ class Eagle3PipelineCreate(BaseModel):
     benchmark: dict[str, Any] = Field(
         default_factory=dict, description="sweep params (depths default 16,10,5; launch: engine, tp_size…)"
     )
+
+    @field_validator("generate", "extract", "train", "fix_keys", "eval", "benchmark")
+    @classmethod
+    def _no_template_fields(cls, params: Any, info: ValidationInfo) -> Any:
+        return _refuse_template_fields(str(info.field_name), params)
 
     @model_validator(mode="after")
     def _one_data_source(self) -> Eagle3PipelineCreate:
@@ -193,7 +244,7 @@ class PipelineRetry(BaseModel):
     step params changed. Each section's keys replace the spec's (a null value sets null: the param's own
     default), the whole spec is validated again, and the changed spec is the pipeline's from then on."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types as written
 
     from_step: str | None = Field(
         None,
@@ -223,3 +274,8 @@ class PipelineRead(BaseModel):
     jobs: list[JobRead]
     # acceptance by depth: training's estimate, eval's figure and the served one, with errors (acceptance.py)
     acceptance: dict[str, Any] | None = None
+
+
+class PipelinePage(BaseModel):
+    items: list[PipelineRead]
+    next_cursor: str | None

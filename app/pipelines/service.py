@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.errors import AppError, ErrorCode, field_errors, found_or_404
+from app.core.paging import decode_cursor, page_of
 from app.core.security import Principal
 from app.jobs import refs
 from app.jobs import service as jobs
@@ -20,7 +21,13 @@ from app.models.job import Job
 from app.models.pipeline import Pipeline
 from app.pipelines import repository
 from app.pipelines.acceptance import acceptance_report
-from app.pipelines.schemas import SECTION_STEPS, Eagle3PipelineCreate, PipelineRead, PipelineRetry
+from app.pipelines.schemas import (
+    SECTION_STEPS,
+    Eagle3PipelineCreate,
+    PipelinePage,
+    PipelineRead,
+    PipelineRetry,
+)
 from app.pipelines.templates import EAGLE3_STEPS, StepPlan, eagle3_plan
 
 _ENDED_BADLY = (JobState.FAILED, JobState.CANCELLED)
@@ -98,9 +105,11 @@ def read_pipeline(session: Session, pipeline_id: uuid.UUID) -> PipelineRead:
     return read(session, get_pipeline(session, pipeline_id))
 
 
-def list_pipelines(session: Session, *, limit: int) -> list[PipelineRead]:
-    """Pipelines, newest first, as the API shows them."""
-    return [read(session, p) for p in repository.page(session, limit=limit)]
+def list_pipelines(session: Session, *, cursor: str | None, limit: int) -> PipelinePage:
+    """Pipelines, newest first, as the API shows them, a page at a time."""
+    rows = repository.page(session, after=decode_cursor(cursor), limit=limit + 1)
+    shown, next_cursor = page_of(rows, limit, lambda p: (p.created_at, p.id))
+    return PipelinePage(items=[read(session, p) for p in shown], next_cursor=next_cursor)
 
 
 def latest_jobs(session: Session, pipeline: Pipeline) -> dict[str, Job]:
@@ -130,17 +139,18 @@ def state_of(latest: dict[str, Job]) -> tuple[str, str | None]:
 
 
 def cancel_pipeline(session: Session, *, pipeline_id: uuid.UUID) -> PipelineRead:
-    """Cancel what is running and what waits; finished steps stay as they are. A pipeline whose every step
-    already ended has nothing to cancel: 409, as for a job that ended."""
+    """Cancel what is running and what waits, in every job the pipeline owns (each retry's too, not only
+    the latest of each step); finished steps stay as they are. A pipeline whose every job already ended
+    has nothing to cancel: 409, as for a job that ended."""
     pipeline = get_pipeline(session, pipeline_id)
-    latest = latest_jobs(session, pipeline)
-    if all(job.state in TERMINAL for job in latest.values()):
-        state, _ = state_of(latest)
+    live = [job for job in repository.jobs_of(session, pipeline.id) if job.state not in TERMINAL]
+    if not live:
+        state, _ = state_of(latest_jobs(session, pipeline))
         raise AppError(
             ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} already ended ({state})", state=state
         )
-    for job in latest.values():
-        if job.state not in TERMINAL and job.state != JobState.CANCELLING:
+    for job in live:
+        if job.state != JobState.CANCELLING:
             jobs.request_cancel(session, job_id=job.id)
     return read(session, pipeline)
 
@@ -160,7 +170,7 @@ def retry_pipeline(
     pipeline = get_pipeline(session, pipeline_id)
     latest = latest_jobs(session, pipeline)
     state, failed_step = state_of(latest)
-    if any(job.state not in TERMINAL for job in latest.values()):
+    if any(job.state not in TERMINAL for job in repository.jobs_of(session, pipeline.id)):
         raise AppError(
             ErrorCode.INVALID_TRANSITION, f"pipeline {pipeline_id} is {state}: retry it once it ended"
         )
@@ -176,7 +186,12 @@ def retry_pipeline(
     plans = eagle3_plan(spec, root)
     first = _first_rerun(plans, start, failed_step, retry, _changed_steps(pipeline, spec))
     done = {p.step: latest[p.step] for p in plans[:first]}
-    pipeline.retries += 1
+    if not repository.count_retry(session, pipeline.id, seen=pipeline.retries):
+        raise AppError(
+            ErrorCode.INVALID_TRANSITION,
+            f"pipeline {pipeline_id} was retried by another request meanwhile; read it again",
+        )
+    session.expire(pipeline, ["retries"])  # the UPDATE above moved it in the database
     if retry.params:
         pipeline.spec, pipeline.run_root = spec.model_dump(mode="json"), root
     _submit_steps(session, settings, pipeline, plans[first:], done=done, principal=principal)

@@ -27,7 +27,7 @@ class SpecConfig(BaseModel):
     """One speculative shape: SGLang's --speculative-num-steps, --speculative-eagle-topk and
     --speculative-num-draft-tokens."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as StageParams: JSON types
 
     steps: int = Field(ge=1, le=64, description="--speculative-num-steps: draft forward passes per step")
     topk: int = Field(ge=1, le=64, description="--speculative-eagle-topk: 1 = a chain, more = a tree")

@@ -60,10 +60,12 @@ or the name of a set eyas ships or installs (PROMPT_SET_NAMES)."""
 
 
 class StageParams(BaseModel):
-    """Base of every stage's params: unknown fields are errors, never silently ignored, and a number must be
-    finite (NaN or Infinity is refused, never stored as null)."""
+    """Base of every stage's params: unknown fields are errors, never silently ignored; a number must be
+    finite (NaN or Infinity is refused, never stored as null); and types are strict, as JSON writes them: a
+    boolean is not an integer (`"gpus": true`), a string is not a number (`"lr": "1e-4"`) nor a boolean
+    (`"compile": "false"`). An integer is still a float's value (`"lr": 1`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     @field_validator("*", mode="after")
     @classmethod

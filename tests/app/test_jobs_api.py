@@ -29,9 +29,20 @@ def register_host(
         )
 
 
+def register_if_new(settings: Settings, name: str) -> None:
+    with session_scope(settings) as session:
+        known = hosts.find_host(session, name) is not None
+    if not known:
+        register_host(settings, name)
+
+
 def submit(client: TestClient, headers: dict[str, str], **body: object) -> dict[str, object]:
+    """Submit a job (a selftest on gpu-a unless told); the host it names registers first, as its worker
+    would (a job for a host that never registered is refused)."""
     body.setdefault("kind", "selftest")
     body.setdefault("host", "gpu-a")
+    if isinstance(body["host"], str):
+        register_if_new(client.app.state.settings, body["host"])  # type: ignore[attr-defined]
     response = client.post("/v1/jobs", json=body, headers=headers)
     assert response.status_code == 201, response.text
     return response.json()
@@ -89,7 +100,9 @@ def test_bad_submissions_are_refused_and_store_nothing(
     status: int,
     code: str,
     field: str | None,
+    settings: Settings,
 ) -> None:
+    register_host(settings, "gpu-a")
     before = job_count(client, admin)
     response = client.post("/v1/jobs", json={"host": "gpu-a", **body}, headers=admin)
     assert response.status_code == status, response.text
@@ -112,8 +125,9 @@ def test_malformed_json_and_oversized_bodies(
     assert too_big.json()["code"] == "BODY_TOO_LARGE"
     nested = b"[" * 5000 + b"]" * 5000
     deep = client.post("/v1/jobs", content=nested, headers={**admin, "content-type": "application/json"})
-    assert deep.status_code == 400
-    assert deep.json()["code"] == "BAD_REQUEST"
+    assert deep.status_code == 422
+    assert deep.json()["code"] == "VALIDATION_FAILED"
+    assert "deeper than" in deep.json()["detail"]
     assert job_count(client, admin) == 0
 
 
@@ -154,6 +168,7 @@ def test_paths_outside_the_hosts_allowed_roots_are_refused(
 
 
 def test_auth_scopes(client: TestClient, settings: Settings, reader: dict[str, str]) -> None:
+    register_host(settings, "gpu-a")
     assert client.get("/v1/jobs").status_code == 401
     assert client.get("/v1/jobs", headers={"Authorization": "Bearer eyas_wrong"}).status_code == 401
     assert client.get("/v1/jobs", headers={"Authorization": "Basic abc"}).status_code == 401
@@ -182,7 +197,8 @@ def test_revoked_token_stops_working_at_once(
     assert client.get("/v1/jobs", headers=ci).status_code == 401
 
 
-def test_idempotency_key(client: TestClient, admin: dict[str, str]) -> None:
+def test_idempotency_key(client: TestClient, admin: dict[str, str], settings: Settings) -> None:
+    register_host(settings, "gpu-a")
     body = {"kind": "selftest", "host": "gpu-a", "params": {"lines": 1}}
     key = {"Idempotency-Key": "build-42"}
     first = client.post("/v1/jobs", json=body, headers={**admin, **key})

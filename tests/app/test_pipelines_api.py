@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.artifacts import service as artifacts
@@ -18,6 +19,12 @@ from app.jobs.states import JobState
 from tests.app.test_jobs_api import register_host
 
 Headers = dict[str, str]
+
+
+@pytest.fixture(autouse=True)
+def _spec_host_registered(settings: Settings) -> None:
+    """The specs here name host gpu-a, registered as its worker would be (an unknown host is refused)."""
+    register_host(settings, "gpu-a")
 
 
 def spec(tmp: str, **extra: Any) -> dict[str, Any]:
@@ -83,7 +90,7 @@ def test_bad_step_params_refuse_the_whole_pipeline(client: TestClient, admin: He
     traversal = client.post("/v1/pipelines", json=spec("/tmp/../etc"), headers=admin)
     assert traversal.status_code == 422
     assert client.get("/v1/jobs", headers=admin).json()["items"] == []
-    assert client.get("/v1/pipelines", headers=admin).json() == []
+    assert client.get("/v1/pipelines", headers=admin).json()["items"] == []
 
 
 def test_artifacts_flow_to_the_next_step_and_retry_reuses_them(
@@ -141,7 +148,7 @@ def test_idempotency_key_on_pipelines(client: TestClient, admin: Headers, tmp_pa
     other = client.post("/v1/pipelines", json=spec(str(tmp_path), train={"epochs": 3}), headers=key)
     assert other.status_code == 422
     assert other.json()["code"] == "IDEMPOTENCY_MISMATCH"
-    assert len(client.get("/v1/pipelines", headers=admin).json()) == 1
+    assert len(client.get("/v1/pipelines", headers=admin).json()["items"]) == 1
     assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == 6
 
 
@@ -239,7 +246,7 @@ def test_fix_keys_reads_the_checkpoint_train_hands_on_not_the_newest_epoch(
 
 
 def test_eval_asks_the_sweeps_requests_unless_told_otherwise(
-    client: TestClient, admin: Headers, tmp_path: Any
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
 ) -> None:
     """Run 4 on the H200: eval named no prompts and measured the built-in set while the sweep asked MT-Bench,
     so its prediction sat beside a served figure of other requests. Now it asks what the sweep asks, at the
@@ -249,6 +256,7 @@ def test_eval_asks_the_sweeps_requests_unless_told_otherwise(
     swept = {"prompts": "mtbench", "max_prompts": 8, "max_new_tokens": 192, "ignore_eos": False,
              "configs": configs, "launch": {"engine": "sglang"}}  # fmt: skip
     body = spec(str(tmp_path), eval={"device": "cpu"}, benchmark=swept)
+    register_host(settings, "gpu-a", gpus=1)  # SGLang serves on a GPU
     created = client.post("/v1/pipelines", json=body, headers=admin)
     assert created.status_code == 201, created.text
     evaluated = next(j for j in created.json()["jobs"] if j["kind"] == "eval")["params"]
@@ -363,7 +371,7 @@ def test_a_stored_pipeline_without_a_workdir_never_breaks_a_listing(
         session.add(Pipeline(id=odd, template="eagle3", spec={}, retries=0, created_at=utcnow()))
     listed = client.get("/v1/pipelines", headers=admin)
     assert listed.status_code == 200, listed.text
-    assert [p["run_root"] for p in listed.json() if p["id"] == str(odd)] == [None]
+    assert [p["run_root"] for p in listed.json()["items"] if p["id"] == str(odd)] == [None]
     assert client.get(f"/v1/pipelines/{odd}", headers=admin).status_code == 200
     refused = client.post(f"/v1/pipelines/{odd}/retry", json={"from_step": "train"}, headers=admin)
     assert 400 <= refused.status_code < 500, refused.text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.artifacts import service as artifacts
@@ -21,6 +22,14 @@ from tests.app.test_pipeline_acceptance import EVAL, chain_row
 from tests.app.test_pipelines_api import run_step, spec
 
 Headers = dict[str, str]
+
+
+@pytest.fixture(autouse=True)
+def _spec_host_registered(settings: Settings) -> None:
+    """The specs here name host gpu-a, registered as its worker would be (an unknown host is refused)."""
+    register_host(settings, "gpu-a")
+
+
 STEPS = [
     "generate",
     "generate_held_out",
@@ -189,7 +198,7 @@ def test_two_jobs_of_one_kind_pass_artifacts_fail_and_retry_by_step_name(
     failed = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
     assert (failed["state"], failed["failed_step"]) == ("failed", "extract_held_out")
     assert [j["pipeline_step"] for j in failed["jobs"]] == STEPS  # both generate jobs, both extract jobs
-    listed = client.get("/v1/pipelines", headers=admin).json()
+    listed = client.get("/v1/pipelines", headers=admin).json()["items"]
     assert [j["pipeline_step"] for j in listed[0]["jobs"]] == STEPS
     assert listed[0]["failed_step"] == "extract_held_out"
 
@@ -305,7 +314,7 @@ def test_held_out_conversations_refuse_what_cannot_hold(
 
 
 def test_serving_the_held_out_prompts_adds_an_acceptance_pass_before_the_sweep(
-    client: TestClient, admin: Headers, tmp_path: Any
+    client: TestClient, admin: Headers, settings: Settings, tmp_path: Any
 ) -> None:
     """held_out.serve: serve_held_out, a benchmark job on the held-out prompts as generate answered them
     (its max_new_tokens, ending at their end of turn), at the sweep's chain depths, judging no speed."""
@@ -321,6 +330,7 @@ def test_serving_the_held_out_prompts_adds_an_acceptance_pass_before_the_sweep(
         "launch": {"engine": "sglang"},  # the reference engine drafts chains only
     }
     del body["benchmark"]["depths"]
+    register_host(settings, "gpu-a", gpus=1)  # SGLang serves on a GPU
     answer = client.post("/v1/pipelines", json=body, headers=admin)
     assert answer.status_code == 201, answer.text
     pipeline = answer.json()

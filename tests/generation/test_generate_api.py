@@ -43,7 +43,7 @@ def test_a_generate_job_is_queued_with_its_engine(
         ({"output": "/data/../etc/cron.d/x"}, "params.output", "'..'"),
         ({"prompts": "/data/p\u0000.jsonl"}, "params.prompts", "control"),
         ({"target": "/data/\ud800"}, "params.target", "surrogate"),
-        ({"temperature": "NaN"}, "params.temperature", "finite"),
+        ({"temperature": "NaN"}, "params.temperature", "valid number"),  # a string is not a number
         ({"top_p": 1e400}, "params.top_p", "finite"),
         ({"prompts": None}, "params", "nothing to generate from"),
         ({"engine": {"engine": "reference", "draft": "/data/d"}}, "params", "serves the target alone"),

@@ -19,9 +19,11 @@ from sqlalchemy import text
 from app.core.db import session_scope
 from drafting import proc
 from tests._drafts import DraftShape, write_speculators_draft
+from tests.app.test_jobs_api import register_host
 from tests.reliability._stack import Stack
 
 ROOT = Path(__file__).resolve().parents[2]
+IDLE_HOST = "idle-host"  # registered, no worker: its jobs stay queued
 # ~150 MB of weights: a converter killed at a random moment is often caught in the middle of writing.
 LARGE_DRAFT = DraftShape(
     hidden=512, intermediate=2048, heads=8, kv_heads=2, vocab=32_000, draft_vocab=8_000, max_positions=4096
@@ -54,7 +56,7 @@ class Submitters:
         with httpx.Client(base_url=self.url, headers=self.headers, timeout=5) as http:
             while not self._halt.is_set():
                 key = uuid.uuid4().hex
-                body = {"kind": "selftest", "host": "nowhere", "depends_on": [parent] if parent else []}
+                body = {"kind": "selftest", "host": IDLE_HOST, "depends_on": [parent] if parent else []}
                 try:
                     response = http.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
                 except httpx.TransportError:
@@ -91,6 +93,7 @@ def stored_keys(stack: Stack) -> dict[str, str]:
 
 
 def test_killing_the_api_or_postgres_mid_submission_leaves_no_partial_rows(stack: Stack) -> None:
+    register_host(stack.settings, IDLE_HOST)
     stack.start_api()
     with Submitters(stack.url, stack.headers) as load:
         for _ in range(2):

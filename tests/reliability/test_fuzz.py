@@ -62,7 +62,7 @@ def _failure(case: Any, response: Any, checks: list[Any], admin: Headers) -> str
 
 def fuzz(settings: Settings, admin: Headers, examples_per_operation: int) -> FuzzRun:
     app = create_app(settings.model_copy(update={"auth_failures_per_minute": 1_000_000}))
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=admin)
     run = FuzzRun()
 
     def check(case: Any) -> None:

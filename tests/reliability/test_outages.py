@@ -12,8 +12,12 @@ from typing import Any
 
 import httpx
 
+from tests.app.test_jobs_api import register_host
 from tests.reliability._services import wait_until
 from tests.reliability._stack import Stack, private_stack
+
+# A host that registered and runs no worker: its jobs stay queued.
+IDLE_HOST = "idle-host"
 
 
 def submit(http: httpx.Client, host: str, **params: Any) -> str:
@@ -34,14 +38,15 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> None:
 
 
 def test_api_answers_503_while_the_database_is_down_and_recovers_without_a_restart(stack: Stack) -> None:
+    register_host(stack.settings, IDLE_HOST)
     api = stack.start_api()
     with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=30) as http:
-        job_id = submit(http, "nowhere")
+        job_id = submit(http, IDLE_HOST)
         stack.pg.stop()
         try:
             assert_problem(http.get(f"/v1/jobs/{job_id}"), 503, "DATABASE_UNAVAILABLE")
             assert_problem(http.get("/v1/jobs"), 503, "DATABASE_UNAVAILABLE")
-            body = {"kind": "selftest", "host": "nowhere"}
+            body = {"kind": "selftest", "host": IDLE_HOST}
             assert_problem(http.post("/v1/jobs", json=body), 503, "DATABASE_UNAVAILABLE")
             ready = http.get("/readyz")
             assert ready.status_code == 503
@@ -51,7 +56,7 @@ def test_api_answers_503_while_the_database_is_down_and_recovers_without_a_resta
             stack.pg.start()
         recovered_s = wait_until(lambda: http.get(f"/v1/jobs/{job_id}").status_code == 200, 30, "recovery")
         assert recovered_s < 5, f"the API took {recovered_s:.1f} s to use the restarted database"
-        assert http.post("/v1/jobs", json={"kind": "selftest", "host": "nowhere"}).status_code == 201
+        assert http.post("/v1/jobs", json={"kind": "selftest", "host": IDLE_HOST}).status_code == 201
         assert http.get("/readyz").status_code == 200
     assert api.alive(), "recovered without a restart"
 
@@ -130,13 +135,14 @@ def test_jobs_that_end_while_the_database_is_down_are_recorded_not_lost(tmp_path
 
 
 def test_a_submission_while_the_broker_is_down_answers_promptly(stack: Stack) -> None:
+    register_host(stack.settings, IDLE_HOST)
     stack.start_api()
     with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:
-        submit(http, "nowhere")
+        submit(http, IDLE_HOST)
         stack.redis.stop()
         slowest = 0.0
         for _ in range(3):
             started = time.monotonic()
-            submit(http, "nowhere")  # still 201: the reconciler sends it once Redis is back
+            submit(http, IDLE_HOST)  # still 201: the reconciler sends it once Redis is back
             slowest = max(slowest, time.monotonic() - started)
     assert slowest < 1.0, f"a submission took {slowest:.1f} s while the broker was down"

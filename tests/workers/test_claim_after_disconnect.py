@@ -14,6 +14,7 @@ from sqlalchemy.pool import NullPool
 from app.core import db
 from app.core.config import Settings
 from app.core.db import session_factory, session_scope
+from tests.app.test_jobs_api import register_host
 from workers.runner import JobRunner
 
 Headers = dict[str, str]
@@ -52,6 +53,7 @@ def test_an_idle_connection_is_pinged_and_replaced(
 def test_the_claim_is_tried_again_on_a_fresh_connection(
     client: TestClient, admin: Headers, settings: Settings
 ) -> None:
+    register_host(settings, "retry-host")
     body = {"kind": "selftest", "host": "retry-host", "params": {"lines": 0}}
     job_id = uuid.UUID(client.post("/v1/jobs", json=body, headers=admin).json()["id"])
     drop_pooled_connection(settings)

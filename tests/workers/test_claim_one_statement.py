@@ -21,11 +21,13 @@ from app.jobs import lifecycle
 from app.jobs.states import JobState
 from app.models.base import Base, utcnow
 from app.models.job import Job, JobEvent
+from tests.app.test_jobs_api import register_if_new
 
 Headers = dict[str, str]
 
 
 def submit(client: TestClient, headers: Headers, host: str = "claim-host") -> uuid.UUID:
+    register_if_new(client.app.state.settings, host)  # type: ignore[attr-defined]
     body = {"kind": "selftest", "host": host, "params": {"lines": 0}}
     response = client.post("/v1/jobs", json=body, headers=headers)
     assert response.status_code == 201, response.text

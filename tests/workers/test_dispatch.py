@@ -22,12 +22,14 @@ from app.jobs.maintenance import tick
 from app.models.base import utcnow
 from app.models.job import Job
 from drafting import proc
+from tests.app.test_jobs_api import register_host, register_if_new
 from tests.conftest import ROOT, WorkerProcess, worker_env
 
 Headers = dict[str, str]
 
 
 def submit(client: TestClient, headers: Headers, host: str = "gpu-a", **body: Any) -> dict[str, Any]:
+    register_if_new(client.app.state.settings, host)  # type: ignore[attr-defined]
     response = client.post("/v1/jobs", json={"kind": "selftest", "host": host, **body}, headers=headers)
     assert response.status_code == 201, response.text
     return response.json()
@@ -188,9 +190,11 @@ def test_timeout_fails_the_job_and_keeps_its_last_lines(
 
 
 def test_gpu_job_on_a_host_without_nvml_fails_with_the_reason(
-    client: TestClient, admin: Headers, start_worker: Callable[..., WorkerProcess]
+    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    # The host is unknown at submit time, so the API cannot refuse; the worker must fail it fast.
+    # The host had a GPU when the job was submitted, so the API could not refuse it; its worker now starts
+    # without NVML and must fail the job fast, with the reason.
+    register_host(settings, "fresh-host", gpus=1)
     job = submit(client, admin, host="fresh-host", gpus=1)
     start_worker("fresh-host")
     done = wait_for(client, admin, job["id"])

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.models.job import Job
+from tests.app.test_jobs_api import register_host
 from workers.kept_threads import KeptThreads
 from workers.runner import JobRunner
 
@@ -30,6 +31,7 @@ def heartbeat_at(settings: Settings, job_id: uuid.UUID) -> datetime:
 def test_a_claimed_job_is_heartbeaten_before_its_process_has_it(
     client: TestClient, admin: Headers, settings: Settings
 ) -> None:
+    register_host(settings, "beat-host")
     body = {"kind": "selftest", "host": "beat-host", "params": {"lines": 0}}
     job_id = uuid.UUID(client.post("/v1/jobs", json=body, headers=admin).json()["id"])
     runner = JobRunner(settings, host="beat-host", worker="w1")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.params.common import DataParallelParams, HostPath
+from contract.params.common import DataParallelParams, HostPath, OutputPath
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 
@@ -16,7 +16,7 @@ class ExtractParams(DataParallelParams):
     data: HostPath = Field(
         description="JSONL of conversations: OpenAI `messages` or ShareGPT `conversations` per line"
     )
-    output: HostPath = Field(description="extraction folder (speculators' offline layout + eyas manifest)")
+    output: OutputPath = Field(description="extraction folder (speculators' offline layout + eyas manifest)")
     tokenizer: HostPath | None = Field(None, description="tokenizer folder (default: the target folder)")
     max_len: int = Field(2048, ge=16, le=262_144, description="tokens per sample, after the chat template")
     overlong: Literal["truncate", "drop"] = Field(

@@ -21,9 +21,10 @@ from drafting.userfiles import Cap, read_user_json_object
 RUN_FILE = "run.json"
 
 
-def record_epoch(output: Path, params: TrainParams, summary: dict[str, float]) -> None:
+def record_epoch(output: Path, params: dict[str, Any], summary: dict[str, float]) -> None:
+    """Add an epoch to the run's record (`params` as the user gave them: views replaced by their paths)."""
     path = output / RUN_FILE
-    record = read_run(output) or {"params": params.model_dump(), "epochs": []}
+    record = read_run(output) or {"params": params, "epochs": []}
     epochs: list[dict[str, float]] = record["epochs"]
     record["epochs"] = [e for e in epochs if e.get("epoch") != summary["epoch"]] + [summary]
     path.write_text(json.dumps(record, indent=2) + "\n")

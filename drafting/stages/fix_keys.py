@@ -8,6 +8,7 @@ from typing import Any
 from contract.params.checkpoint import FixKeysParams
 from contract.reasons import TerminationReason
 from drafting.checkpoint import CheckpointError, fix_checkpoint
+from drafting.outputs import OutputMark
 from drafting.stages.base import StageContext, StageError
 
 _PROGRESS_STEP = 0.02  # report at most every 2 % of the bytes
@@ -35,6 +36,7 @@ def run(ctx: StageContext, params: FixKeysParams) -> dict[str, Any]:
             force=params.force,
             allow_pickle=params.allow_pickle,
             on_progress=on_progress,
+            mark=OutputMark("fix_keys", ctx.job_id),
         )
     except CheckpointError as exc:
         raise StageError(exc.message, reason=TerminationReason.CHECKPOINT_INVALID) from exc

@@ -6,11 +6,13 @@ uses a user path by its name after checking it. It resolves the path once, relat
 of the allowed root, with no step of the resolution allowed to leave that root, and keeps the resulting
 descriptor open for the rest of the job:
 
-- with openat2(2) (Linux 5.6+) and RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: the kernel refuses any `..`,
-  absolute symlink or relative symlink that would climb out of the root, atomically (a concurrent rename
-  makes it retry, never escape). Symlinks that stay inside the root are followed (a Hugging Face cache
-  snapshot is a folder of relative links into its blobs);
-- elsewhere, component by component with O_NOFOLLOW: any symlink on the way is refused.
+- with openat2(2) (Linux 5.6+) and RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: the kernel refuses any `..`
+  or symlink that would climb out of the root, atomically (a concurrent rename makes it retry, never
+  escape). Relative symlinks that stay inside are followed (a Hugging Face cache snapshot is a folder of
+  relative links into its blobs); the kernel refuses every absolute one, so those go to the walk below;
+- elsewhere (and for absolute symlinks), component by component, each opened with O_NOFOLLOW relative to
+  the folder before it and held: a symlink met is read and its target walked the same way, from the root
+  again when it is an absolute path under the root; one that leads anywhere else is refused.
 
 Libraries (transformers, safetensors, torch, tokenizers, SGLang in its own process) take path strings, so
 the stage hands them a *view*: a symlink in the job's work folder to `/proc/<pid>/fd/<n>`, the descriptor
@@ -46,6 +48,7 @@ _SYS_OPENAT2 = 437  # the same number on every Linux architecture (the unified s
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_BENEATH = 0x08
 _EAGAIN_RETRIES = 64
+_MAX_LINKS = 40  # the kernel's own limit on symlinks in one lookup
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 PINNED_FOLDER = ".pinned"
 
@@ -97,49 +100,99 @@ def kernel_resolves_beneath() -> bool:
 
 
 def open_beneath(
-    dir_fd: int, relative: str, flags: int, mode: int = 0o644, *, kernel: bool | None = None
+    dir_fd: int,
+    relative: str,
+    flags: int,
+    mode: int = 0o644,
+    *,
+    kernel: bool | None = None,
+    root_paths: Sequence[str] = (),
 ) -> int:
     """Open `relative` under the folder `dir_fd`, no step of its resolution leaving that folder.
 
-    `kernel` picks openat2 (True) or the O_NOFOLLOW walk (False); None: openat2 where it works.
-    Leaving the folder raises OSError EXDEV (openat2) or ELOOP (a symlink, on the walk)."""
+    Symlinks are followed while they stay beneath it: a relative one by the kernel (openat2), an absolute
+    one by the walk below when it names a place under one of `root_paths` (the folder's own spellings).
+    `kernel` False walks only; None: openat2 where it works. Leaving the folder raises OSError EXDEV."""
     relative = relative.strip("/") or "."
     if kernel is None:
         kernel = kernel_resolves_beneath()
     if kernel:
-        return _openat2(dir_fd, relative, flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
-    return _walk_beneath(dir_fd, relative, flags, mode)
+        try:
+            return _openat2(dir_fd, relative, flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV or not root_paths:
+                raise
+            # openat2 refuses every absolute symlink, even one naming a place inside: the walk decides
+    return _walk_beneath(dir_fd, relative, flags, mode, root_paths)
 
 
-def _walk_beneath(dir_fd: int, relative: str, flags: int, mode: int) -> int:
-    parts = [p for p in relative.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise OSError(errno.EXDEV, "'..' is not followed", relative)
-    if not parts:
-        return os.open(".", flags | os.O_CLOEXEC, dir_fd=dir_fd)
-    held: list[int] = []
+def _walk_beneath(dir_fd: int, relative: str, flags: int, mode: int, root_paths: Sequence[str]) -> int:
+    """Component by component, each opened with O_NOFOLLOW relative to the one before, held open. A
+    symlink met on the way is read and its target walked the same way (an absolute target from `dir_fd`
+    again, if it lies under one of `root_paths`); `..` goes back to a folder this walk holds, never past
+    `dir_fd`. Nothing is looked up by a name that could lead out after it was judged."""
+    pending = [p for p in relative.split("/") if p not in ("", ".")]
+    stack = [dir_fd]  # stack[0] is the caller's
+    links = 0
     try:
-        current = dir_fd
-        for part in parts[:-1]:
-            current = _no_link(part, os.O_PATH | os.O_DIRECTORY, 0, current)
-            held.append(current)
-        return _no_link(parts[-1], flags, mode, current)
+        while pending:
+            part = pending.pop(0)
+            if part == "..":
+                if len(stack) == 1:
+                    raise OSError(errno.EXDEV, "'..' leads out of the folder", relative)
+                os.close(stack.pop())
+                continue
+            fd = _step(part, flags if not pending else os.O_PATH | os.O_DIRECTORY, mode, stack[-1])
+            if fd is not None and not pending:
+                return fd
+            if fd is not None:
+                stack.append(fd)
+                continue
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(errno.ELOOP, "too many symlinks", relative)
+            try:
+                target = os.readlink(part, dir_fd=stack[-1])
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                pending.insert(0, part)  # no longer a symlink: it changed since the step; look again
+                continue
+            if target.startswith("/"):
+                inner = _beneath(target, root_paths)
+                if inner is None:
+                    raise OSError(errno.EXDEV, f"a symlink to {target}, out of the folder", relative)
+                while len(stack) > 1:
+                    os.close(stack.pop())
+                target = inner
+            pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+        return os.open(".", flags | os.O_CLOEXEC, dir_fd=stack[-1])
     finally:
-        for fd in held:
+        for fd in stack[1:]:
             os.close(fd)
 
 
-def _no_link(name: str, flags: int, mode: int, dir_fd: int) -> int:
+def _step(name: str, flags: int, mode: int, dir_fd: int) -> int | None:
+    """`name` opened without following it; None when it is a symlink (the walk follows it itself)."""
     try:
         fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, dir_fd):
-            raise OSError(errno.ELOOP, "a symlink (not followed on this kernel)", name) from None
+            return None
         raise
     if flags & os.O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):  # O_PATH|O_NOFOLLOW opens the link itself
         os.close(fd)
-        raise OSError(errno.ELOOP, "a symlink (not followed on this kernel)", name)
+        return None
     return fd
+
+
+def _beneath(target: str, root_paths: Sequence[str]) -> str | None:
+    """`target` relative to the root it names, or None when it names no place under one."""
+    path = normal(target)
+    for root in root_paths:
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return path[len(root) :].lstrip("/") or "."
+    return None
 
 
 def _is_link(name: str, dir_fd: int) -> bool:
@@ -172,6 +225,7 @@ class PathGuard:
         self._shown: dict[str, str] = {}
         self._held: list[int] = []
         self._root_fds: dict[Path, int] = {}
+        self._root_paths: dict[int, tuple[str, ...]] = {}  # a root's descriptor → its spellings
 
     # --- inputs -------------------------------------------------------------------------------------
     def input(self, path: str | Path) -> Path:
@@ -199,7 +253,11 @@ class PathGuard:
         self.check_output(shown)
         root_fd, relative = self._root_of(shown)  # the output's own root: an output never is one
         fd = self._folder_made(root_fd, posixpath.dirname(relative), shown)
-        self.check_output(posixpath.join(real_path(fd), name), shown=shown)
+        try:
+            self.check_output(posixpath.join(real_path(fd), name), shown=shown)
+        except PathRefused:
+            os.close(fd)
+            raise
         return self._view(fd, parent) / name
 
     def check_output(self, path: str, *, shown: str | None = None) -> None:
@@ -222,13 +280,12 @@ class PathGuard:
                 except FileNotFoundError:
                     with contextlib.suppress(FileExistsError):  # made meanwhile (another rank)
                         os.mkdir(part, 0o755, dir_fd=current)
-                    found = self._open(current, part, DIRECTORY, shown)
+                    found = self._open(current, part, DIRECTORY | os.O_NOFOLLOW, shown)
                 os.close(current)
                 current = found
         except BaseException:
             os.close(current)
             raise
-        self._held.append(current)
         return current
 
     # --- views --------------------------------------------------------------------------------------
@@ -274,7 +331,7 @@ class PathGuard:
     def close(self) -> None:
         for fd in self._held + list(self._root_fds.values()):
             os.close(fd)
-        self._held, self._root_fds = [], {}
+        self._held, self._root_fds, self._root_paths = [], {}, {}
 
     # --- resolution ---------------------------------------------------------------------------------
     def _root_of(self, path: str) -> tuple[int, str]:
@@ -294,14 +351,16 @@ class PathGuard:
 
     def _root_fd(self, root: Path) -> int:
         if root not in self._root_fds:
-            self._root_fds[root] = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._root_fds[root] = fd
+            self._root_paths[fd] = tuple(dict.fromkeys((normal(root), normal(real_path(fd)))))
         return self._root_fds[root]
 
     def _open(self, dir_fd: int, relative: str, flags: int, shown: str | Path) -> int:
         try:
             if not self.roots:  # nothing to stay beneath: resolve as the system does, but only once
                 return os.open(relative.strip("/") or ".", flags | os.O_CLOEXEC, dir_fd=dir_fd)
-            return open_beneath(dir_fd, relative, flags)
+            return open_beneath(dir_fd, relative, flags, root_paths=self._root_paths.get(dir_fd, ()))
         except OSError as exc:
             if exc.errno in (errno.EXDEV, errno.ELOOP):
                 raise PathRefused(

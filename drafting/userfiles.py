@@ -185,8 +185,8 @@ def iter_user_lines(
 def append_user_text(path: Path | str, text: str, what: str = "file") -> None:
     """Append to a regular file (created if missing): a FIFO or device there is an error, never a hang,
     and a symlink at its name is never written through."""
-    if os.path.lexists(path) and not os.path.islink(path):
-        check_regular(path, _NO_CAP, what)
+    if os.path.lexists(path):
+        check_regular(path, _NO_CAP, what)  # a link to a device is named as the device it leads to
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o644)  # a FIFO without a reader: ENXIO, not a wait

@@ -44,26 +44,38 @@ class Existing:
 
 
 def prepare_output(path: Path, *, resume: bool) -> Existing:
-    """Resume: read what is there and cut a half-written tail. Otherwise: start an empty file. Either way
-    a file that is not one generate wrote is left as it is (OutputMismatch), and a symlink at the output's
-    name is never followed (UserFileError). In a stage process `path` is <pinned parent>/<name>."""
+    """Resume: read what is there and cut a half-written tail. Otherwise: start an empty file, but only
+    over a file generate started (its first record is one generate wrote): anything else is left as it is
+    (OutputMismatch). A symlink at the output's name is never followed (UserFileError). In a stage
+    process `path` is <pinned parent>/<name>."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if not os.path.lexists(path):
         return Existing()
     check_regular(path, Cap.WEIGHTS, "output")  # a FIFO or a device there is an error, never a hang
-    existing, whole_bytes = _read_existing(path, resume=resume)
-    with _open_append(path) as handle:  # the file read above, or the open fails: no symlink is followed
-        size = os.fstat(handle.fd).st_size
-        if not resume:
+    if not resume:
+        _check_started_by_generate(path)
+        with _open_append(path) as handle:  # no symlink is followed: the file checked, or a failure
             os.ftruncate(handle.fd, 0)
-            return Existing()
+        return Existing()
+    existing, whole_bytes = _read_existing(path)
+    with _open_append(path) as handle:
+        size = os.fstat(handle.fd).st_size
         if size > whole_bytes:
             os.ftruncate(handle.fd, whole_bytes)
             existing.discarded_bytes = size - whole_bytes
     return existing
 
 
-def _read_existing(path: Path, *, resume: bool = True) -> tuple[Existing, int]:
+def _check_started_by_generate(path: Path) -> None:
+    """A file whose first record generate did not write is someone else's: eyas does not empty it."""
+    with open_user_file(path, Cap.DATASET, "output", follow=False) as handle:
+        for number, raw in enumerate(iter(lambda: handle.readline(Cap.LINE + 1), b""), start=1):
+            if raw.strip():
+                _parse_written(raw, number, path, resume=False)
+                return
+
+
+def _read_existing(path: Path) -> tuple[Existing, int]:
     existing = Existing()
     whole_bytes = 0
     with open_user_file(path, Cap.DATASET, "output", follow=False) as handle:
@@ -75,7 +87,7 @@ def _read_existing(path: Path, *, resume: bool = True) -> tuple[Existing, int]:
             whole_bytes += len(raw)
             if not raw.strip():
                 continue
-            key, self_prompt = _parse_written(raw, number, path, resume)
+            key, self_prompt = _parse_written(raw, number, path, resume=True)
             existing.keys.add(key)
             if self_prompt is not None:
                 existing.self_prompts.append(self_prompt)
@@ -83,7 +95,7 @@ def _read_existing(path: Path, *, resume: bool = True) -> tuple[Existing, int]:
     return existing, whole_bytes
 
 
-def _parse_written(raw: bytes, number: int, path: Path, resume: bool) -> tuple[str, str | None]:
+def _parse_written(raw: bytes, number: int, path: Path, *, resume: bool) -> tuple[str, str | None]:
     try:
         record = json.loads(raw)
     except ValueError:
@@ -93,8 +105,8 @@ def _parse_written(raw: bytes, number: int, path: Path, resume: bool) -> tuple[s
     if not isinstance(key, str) or not isinstance(messages, list):
         if not resume:
             raise OutputMismatch(
-                f"{path} line {number} is not a record generate wrote (no `id` and `messages`): eyas empties "
-                "only an output it wrote; move the file away or choose another output"
+                f"{path} line {number} is not a record generate wrote (no `id` and `messages`): eyas starts "
+                "afresh only an output generate started; move the file away or choose another output"
             )
         raise OutputMismatch(
             f"{path} line {number} is not a record generate wrote (no `id` and `messages`): resuming would "

@@ -56,7 +56,7 @@ def train_result(
         1.0 if completed else min(1.0, position.global_step / max(1, total_steps)),
         "done" if completed else stopped,
     )
-    return {
+    report = {
         "completed": completed,
         "total_steps": total_steps,
         "output": str(output),
@@ -70,6 +70,8 @@ def train_result(
         "accept_formula": ACCEPT_FORMULA,  # est_accept_len_d{d}: per position, overstates serving
         "simulated_formula": SIMULATED_FORMULA,  # sim_accept_len_d{d}: epochs are chosen by it
     }
+    described: dict[str, Any] = ctx.paths.describe_all(report)  # the output folder by the user's path
+    return described
 
 
 def _hand_on(

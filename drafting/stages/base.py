@@ -142,13 +142,16 @@ class StageContext:
         return guard.view_of(fd, shown)
 
     def progress(self, fraction: float, message: str = "") -> None:
+        message = self.paths.describe(message)
         self.sink.emit(to_line(ProgressEvent(fraction=max(0.0, min(1.0, fraction)), message=message)))
 
     def metric(self, name: str, value: float, step: int) -> None:
         self.sink.emit(to_line(MetricEvent(name=name, value=float(value), step=int(step))))
 
     def artifact(self, kind: str, path: str | Path, meta: dict[str, Any] | None = None) -> None:
-        self.sink.emit(to_line(ArtifactEvent(kind=kind, path=str(path), meta=meta or {})))
+        """Recorded by the user's path (a view the stage wrote through is named as what it stands for)."""
+        shown, meta = self.paths.describe(str(path)), self.paths.describe_all(meta or {})
+        self.sink.emit(to_line(ArtifactEvent(kind=kind, path=shown, meta=meta)))
 
     def check_cancelled(self) -> None:
         if self.cancel.is_set():

@@ -350,7 +350,8 @@ def _finish(
     result.update(written_this_run=written_this_run.samples, tokens_per_s=tokens_per_s)
     ctx.artifact("hidden_states", inputs.output, {k: manifest[k] for k in ("aux_layers", "dtype", "tokens")})
     ctx.progress(1.0, "done")
-    return result
+    described: dict[str, Any] = ctx.paths.describe_all(result)  # the output folder by the user's path
+    return described
 
 
 class _Progress:

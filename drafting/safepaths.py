@@ -15,7 +15,7 @@ descriptor open for the rest of the job:
   again when it is an absolute path under the root; one that leads anywhere else is refused.
 
 Libraries (transformers, safetensors, torch, tokenizers, SGLang in its own process) take path strings, so
-the stage hands them a *view*: a symlink in the job's work folder to `/proc/<pid>/fd/<n>`, the descriptor
+the stage hands them a *view*: a symlink in a private temporary folder to `/proc/<pid>/fd/<n>`, the descriptor
 the resolution produced. Opening through it reaches that very folder or file whatever happens to the user's
 path afterwards (the descriptor pins the inode, not the name); the view keeps the user's last name, so a
 library that looks at a file's suffix sees the same one. `describe` turns views back into the user's paths
@@ -34,9 +34,11 @@ import ctypes
 import errno
 import os
 import posixpath
-import secrets
+import shutil
 import stat
-from collections.abc import Sequence
+import tempfile
+import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,7 @@ _RESOLVE_BENEATH = 0x08
 _EAGAIN_RETRIES = 64
 _MAX_LINKS = 40  # the kernel's own limit on symlinks in one lookup
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-PINNED_FOLDER = ".pinned"
+VIEWS_PREFIX = "eyas-views-"
 
 
 class PathRefused(Exception):
@@ -120,9 +122,10 @@ def open_beneath(
         try:
             return _openat2(dir_fd, relative, flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
         except OSError as exc:
-            if exc.errno != errno.EXDEV or not root_paths:
+            # openat2 refuses every absolute symlink, even one naming a place inside, and gives up when
+            # renames keep racing its lookup: the walk decides those
+            if not (exc.errno == errno.EXDEV and root_paths) and exc.errno != errno.EAGAIN:
                 raise
-            # openat2 refuses every absolute symlink, even one naming a place inside: the walk decides
     return _walk_beneath(dir_fd, relative, flags, mode, root_paths)
 
 
@@ -217,11 +220,16 @@ class PathGuard:
     handed to code as a view (see the module's docstring). With no allowed roots nothing confines the
     resolution, but paths are still pinned, so what was checked is what is used."""
 
-    def __init__(self, roots: Sequence[Path], work_dir: Path, *, data_dir: Path | None = None) -> None:
+    def __init__(
+        self, roots: Sequence[Path], *, data_dir: Path | None = None, inherited_views: Path | None = None
+    ) -> None:
+        """`inherited_views`: the views folder of the stage process that started this one (a torchrun
+        rank gets its launcher's params, whose paths are that process's views, already pinned)."""
         self.roots = [Path(r) for r in roots]
         self.data_dir = data_dir
-        self._work_dir = Path(work_dir)
-        self._views = self._work_dir / PINNED_FOLDER / f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.inherited_views = inherited_views
+        self._views: Path | None = None
+        self._cleanup: Callable[[], object] = lambda: None
         self._shown: dict[str, str] = {}
         self._held: list[int] = []
         self._root_fds: dict[Path, int] = {}
@@ -297,8 +305,8 @@ class PathGuard:
     def _view(self, fd: int | None, shown: str, *, held: bool = False) -> Path:
         if fd is not None and not held:
             self._held.append(fd)
-        folder = self._views / str(len(self._shown))
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.views_folder() / str(len(self._shown))
+        folder.mkdir()
         view = folder / (posixpath.basename(normal(shown)) or "root")
         if fd is not None:
             target = f"/proc/{os.getpid()}/fd/{fd}"
@@ -307,9 +315,20 @@ class PathGuard:
         self._shown[str(view)] = shown
         return view
 
+    def views_folder(self) -> Path:
+        """The private folder (mode 0700, the system's temporary folder) holding this guard's views: apart
+        from every user and job folder, removed when the guard is closed or collected."""
+        if self._views is None:
+            self._views = Path(tempfile.mkdtemp(prefix=VIEWS_PREFIX))
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self._views, True)
+        return self._views
+
     def is_view(self, path: str | Path) -> bool:
-        """Whether `path` is a view this job's stage process made (a torchrun rank gets its launcher's)."""
-        return Path(path).is_relative_to(self._work_dir / PINNED_FOLDER)
+        """Whether `path` is a view of this guard or of the stage process that started this one."""
+        return any(
+            folder is not None and Path(path).is_relative_to(folder)
+            for folder in (self._views, self.inherited_views)
+        )
 
     def describe(self, text: str) -> str:
         """`text` with every view and held descriptor's /proc path replaced by the user's path."""
@@ -332,6 +351,8 @@ class PathGuard:
         for fd in self._held + list(self._root_fds.values()):
             os.close(fd)
         self._held, self._root_fds, self._root_paths = [], {}, {}
+        self._cleanup()
+        self._views = None
 
     # --- resolution ---------------------------------------------------------------------------------
     def _root_of(self, path: str) -> tuple[int, str]:

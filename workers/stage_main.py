@@ -96,6 +96,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--data-dir", default=None, type=Path, help="the worker's data folder (never written)"
     )
+    parser.add_argument(
+        "--inherited-views", default=None, type=Path, help="a torchrun rank's launcher's views"
+    )
     return parser.parse_args(argv)
 
 
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         cancel=cancel,
         job_id=args.job_id,
         data_dir=args.data_dir,
+        inherited_views=args.inherited_views,
     )
     try:
         return _run(ctx, sink, args.kind, args.params_file)

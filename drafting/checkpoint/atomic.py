@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from drafting.checkpoint.errors import CheckpointError
+from drafting.checkpoint.errors import CheckpointError, DestinationNotOurs
 from drafting.outputs import (
     MARKER,
     TMP_TAG,
@@ -71,7 +71,7 @@ class Destination:
         try:
             existing = open_folder(self.parent_fd, self.name)
         except NotOurs:
-            raise CheckpointError(
+            raise DestinationNotOurs(
                 f"{self.path}: exists and is not a folder; refusing to replace it", path=self.path
             ) from None
         if existing is None:
@@ -83,7 +83,7 @@ class Destination:
         if not force:
             raise CheckpointError(f"{self.path}: already exists; pass force to replace it", path=self.path)
         if not ours:
-            raise CheckpointError(
+            raise DestinationNotOurs(
                 f"{self.path}: already exists and eyas did not make it (it has no {MARKER}); force replaces "
                 "only a folder eyas wrote: move it away or choose another dest",
                 path=self.path,
@@ -129,7 +129,9 @@ class Destination:
         try:
             held = os.fstat(existing)
             if read_mark(existing) is None:
-                raise CheckpointError(f"{self.path}: eyas did not make it; not replacing it", path=self.path)
+                raise DestinationNotOurs(
+                    f"{self.path}: eyas did not make it; not replacing it", path=self.path
+                )
         finally:
             os.close(existing)
         old = f".{self.name}.{_OLD}-{os.getpid()}"

@@ -106,13 +106,16 @@ class StageContext:
     cancel: threading.Event = field(default_factory=threading.Event)
     job_id: str | None = None
     data_dir: Path | None = None
+    inherited_views: Path | None = None  # a torchrun rank's: its launcher's views (drafting/safepaths.py)
     guard: PathGuard | None = None
 
     @property
     def paths(self) -> PathGuard:
         """This process's user paths, resolved beneath the allowed roots and held (drafting/safepaths.py)."""
         if self.guard is None:
-            self.guard = PathGuard(self.allowed_roots, self.work_dir, data_dir=self.data_dir)
+            self.guard = PathGuard(
+                self.allowed_roots, data_dir=self.data_dir, inherited_views=self.inherited_views
+            )
         return self.guard
 
     def log(self, text: str, *, stream: str = "stdout") -> None:
@@ -163,8 +166,8 @@ class StageContext:
     def check_path(self, path: str | Path) -> Path:
         """Resolve a path and refuse it unless it lies under an allowed root (symlinks resolved).
 
-        The stage process (workers/stage_main.py) calls it once for every host path of the params, nested
-        ones included, before the stage starts; stages take their params' paths as checked."""
+        A check by name only: what the name leads to may change before it is used. The stage process
+        uses no user path this way; it pins every one (`paths`, drafting/safepaths.py)."""
         resolved = Path(path).resolve()
         if not self.allowed_roots:
             return resolved

@@ -8,6 +8,7 @@ from typing import Any
 from contract.params.checkpoint import FixKeysParams
 from contract.reasons import TerminationReason
 from drafting.checkpoint import CheckpointError, fix_checkpoint
+from drafting.checkpoint.errors import DestinationNotOurs
 from drafting.outputs import OutputMark
 from drafting.stages.base import StageContext, StageError
 
@@ -38,6 +39,10 @@ def run(ctx: StageContext, params: FixKeysParams) -> dict[str, Any]:
             on_progress=on_progress,
             mark=OutputMark("fix_keys", ctx.job_id),
         )
+    except DestinationNotOurs as exc:  # a user's folder (or a link, a file) at dest: never replaced
+        raise StageError(
+            exc.message, reason=TerminationReason.BAD_INPUT, details={"path": str(dest)}
+        ) from exc
     except CheckpointError as exc:
         raise StageError(exc.message, reason=TerminationReason.CHECKPOINT_INVALID) from exc
     ctx.log(report.render_text())

@@ -130,7 +130,7 @@ def test_the_old_check_then_use_writes_outside_and_the_guard_does_not(
     assert (layout["outside"] / "old-way").exists()  # ... lands outside every root
 
     point(layout["link"], layout["inside"])
-    guard = PathGuard([layout["root"]], tmp_path / "work")
+    guard = PathGuard([layout["root"]])
     pinned = guard.output_parent(layout["link"] / "new-way")  # the moment of use: parent resolved, held
     point(layout["link"], layout["outside"])
     pinned.write_text("x")
@@ -156,7 +156,7 @@ def test_thousands_of_pins_against_a_flipping_link_never_write_outside(
     monkeypatch.setattr("drafting.safepaths._kernel_resolves", kernel)
     written = refused = 0
     for i in range(3000):
-        guard = PathGuard([layout["root"]], tmp_path / "work")
+        guard = PathGuard([layout["root"]])
         try:
             target = guard.output_parent(layout["link"] / f"f{i}")
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -183,7 +183,7 @@ def test_an_input_view_keeps_reading_what_was_pinned(layout: dict[str, Path], tm
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=64
     )
     LlamaForCausalLM(config).save_pretrained(layout["inside"] / "model")
-    guard = PathGuard([layout["root"]], tmp_path / "work")
+    guard = PathGuard([layout["root"]])
     view = guard.input(layout["link"] / "model")
     os.rename(layout["inside"] / "model", layout["inside"] / "moved")
     (layout["outside"] / "model").mkdir()
@@ -201,7 +201,7 @@ def test_an_input_view_keeps_reading_what_was_pinned(layout: dict[str, Path], tm
 def test_inputs_outside_the_roots_are_refused_and_missing_ones_stay_missing(
     layout: dict[str, Path], tmp_path: Path
 ) -> None:
-    guard = PathGuard([layout["root"]], tmp_path / "work")
+    guard = PathGuard([layout["root"]])
     with pytest.raises(PathRefused, match="outside the host's allowed roots"):
         guard.input(layout["outside"])
     (layout["root"] / "escape").symlink_to(layout["outside"])
@@ -221,7 +221,7 @@ def test_outputs_are_refused_in_the_data_dir_the_install_and_as_a_root(tmp_path:
     (root / "alias").symlink_to(data)
     second = tmp_path / "second-root"
     second.mkdir()
-    guard = PathGuard([root, second], tmp_path / "work", data_dir=data)
+    guard = PathGuard([root, second], data_dir=data)
     cases = {
         data: "data directory",
         data / "jobs" / "x": "data directory",
@@ -235,7 +235,7 @@ def test_outputs_are_refused_in_the_data_dir_the_install_and_as_a_root(tmp_path:
         assert caught.value.reason is TerminationReason.PATH_NOT_ALLOWED
     assert not (data / "jobs").exists()
     package = next(p for p in install_paths() if p.endswith("/drafting"))
-    everywhere = PathGuard([Path("/")], tmp_path / "work")
+    everywhere = PathGuard([Path("/")])
     with pytest.raises(PathRefused, match="install"):
         everywhere.output_parent(Path(package) / "new-output")
     guard.close()

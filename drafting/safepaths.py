@@ -50,6 +50,7 @@ _SYS_OPENAT2 = 437  # the same number on every Linux architecture (the unified s
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_BENEATH = 0x08
 _EAGAIN_RETRIES = 64
+_STEP_ATTEMPTS = 8  # a name swapped between a link and a folder while it is looked at is looked at again
 _MAX_LINKS = 40  # the kernel's own limit on symlinks in one lookup
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 VIEWS_PREFIX = "eyas-views-"
@@ -177,12 +178,17 @@ def _walk_beneath(dir_fd: int, relative: str, flags: int, mode: int, root_paths:
 
 def _step(name: str, flags: int, mode: int, dir_fd: int) -> int | None:
     """`name` opened without following it; None when it is a symlink (the walk follows it itself)."""
-    try:
-        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, dir_fd):
-            return None
-        raise
+    for attempt in range(_STEP_ATTEMPTS):
+        try:
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            if _is_link(name, dir_fd):
+                return None
+            if attempt == _STEP_ATTEMPTS - 1:  # no link now, yet the open saw one: it is being swapped
+                raise
     if flags & os.O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):  # O_PATH|O_NOFOLLOW opens the link itself
         os.close(fd)
         return None

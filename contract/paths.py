@@ -9,6 +9,7 @@ with it). The API adds the paths other active jobs declared (app/jobs/path_rules
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import sys
 from collections.abc import Iterable
@@ -38,13 +39,14 @@ def overlap(path: str | Path, other: str | Path) -> Overlap | None:
     return None
 
 
-def install_paths() -> list[str]:
+@functools.cache
+def install_paths() -> tuple[str, ...]:
     """eyas's own package folders and the Python environment running it (the venv and its base)."""
     source = Path(__file__).resolve().parents[1]
     found = [source / name for name in PACKAGES if (source / name).is_dir()]
     prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
     found += [Path(p) for p in prefixes if p and normal(p) != "/"]
-    return sorted({normal(p) for p in found} | {normal(Path(p).resolve()) for p in found})
+    return tuple(sorted({normal(p) for p in found} | {normal(Path(p).resolve()) for p in found}))
 
 
 def output_problem(

@@ -216,11 +216,6 @@ def real_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
-def reopen_folder(fd: int) -> int:
-    """A readable descriptor of the folder `fd` holds (an O_PATH one cannot be listed or fsync'd)."""
-    return os.open(".", DIRECTORY, dir_fd=fd)
-
-
 class PathGuard:
     """The user paths of one stage process: each resolved once beneath its allowed root, held open, and
     handed to code as a view (see the module's docstring). With no allowed roots nothing confines the

@@ -19,7 +19,6 @@ import secrets
 import shutil
 import stat
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from drafting.safepaths import DIRECTORY
@@ -49,12 +48,8 @@ class OutputMark:
     job_id: str | None = None
 
     def payload(self) -> bytes:
-        record = {
-            "made_by": "eyas",
-            "kind": self.kind,
-            "job_id": self.job_id,
-            "created": datetime.now(UTC).isoformat(),
-        }
+        # No clock in it: the same conversion by the same job writes the same bytes (checkpoint digests).
+        record = {"made_by": "eyas", "kind": self.kind, "job_id": self.job_id}
         return (json.dumps(record, indent=2) + "\n").encode()
 
 

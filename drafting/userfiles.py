@@ -13,6 +13,7 @@ Reads never ask for more than the file's size (+1) at once, and stop at the cap 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -74,6 +75,12 @@ def _stat_error(path: Path | str, exc: OSError, what: str) -> UserFileError:
     return UserFileError(path, f"cannot read {what}: {exc.strerror or exc}", "unreadable")
 
 
+def _open_error(path: Path | str, exc: OSError, what: str) -> UserFileError:
+    if exc.errno == errno.ELOOP:
+        return UserFileError(path, f"{what} is a symlink; eyas uses only the file itself here", "not_regular")
+    return _stat_error(path, exc, what)
+
+
 def check_regular(path: Path | str, cap: int, what: str = "file") -> int:
     """The size of a regular file no larger than `cap`, else UserFileError (never opens, never blocks).
 
@@ -96,13 +103,17 @@ def _judge(path: Path | str, info: os.stat_result, cap: int, what: str) -> int:
 
 
 @contextmanager
-def open_user_file(path: Path | str, cap: int, what: str = "file") -> Iterator[IO[bytes]]:
-    """A binary handle on a regular file of at most `cap` bytes (judged before and after opening)."""
+def open_user_file(
+    path: Path | str, cap: int, what: str = "file", *, follow: bool = True
+) -> Iterator[IO[bytes]]:
+    """A binary handle on a regular file of at most `cap` bytes (judged before and after opening).
+    `follow` False refuses a symlink at the file's own name (a file eyas wrote and reads back)."""
     check_regular(path, cap, what)
+    nofollow = 0 if follow else os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise _stat_error(path, exc, what) from exc
+        raise _open_error(path, exc, what) from exc
     try:
         _judge(path, os.fstat(fd), cap, what)
         os.set_blocking(fd, True)
@@ -172,14 +183,15 @@ def iter_user_lines(
 
 
 def append_user_text(path: Path | str, text: str, what: str = "file") -> None:
-    """Append to a regular file (created if missing): a FIFO or device there is an error, never a hang."""
+    """Append to a regular file (created if missing): a FIFO or device there is an error, never a hang,
+    and a symlink at its name is never written through."""
     if os.path.lexists(path):
-        check_regular(path, _NO_CAP, what)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        check_regular(path, _NO_CAP, what)  # a link to a device is named as the device it leads to
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o644)  # a FIFO without a reader: ENXIO, not a wait
     except OSError as exc:
-        raise _stat_error(path, exc, what) from exc
+        raise _open_error(path, exc, what) from exc
     try:
         _judge(path, os.fstat(fd), _NO_CAP, what)
         data = text.encode("utf-8")

@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${EYAS_PORT:-8000}
 DATA=${EYAS_DATA:-.eyas}
+DEMO=${EYAS_DEMO_DIR:-.eyas-demo}  # the pipeline's folders: never inside the data dir, where no job may write
 TARGET=${EYAS_DEMO_TARGET:-smollm2}
 bash scripts/setup.sh
 .venv/bin/eyas up --port "$PORT" --data-dir "$DATA" &
@@ -31,8 +32,8 @@ for h in json.load(sys.stdin):
     print(f\"{h['name']}: online={h['online']} gpus={h['gpu_count']} {h['gpu_error'] or ''}\")"
 
 echo "== a pipeline on the $TARGET target, through the API (eyas pipeline run eagle3 --wait)"
-.venv/bin/eyas demo "$DATA/demo" --target "$TARGET"
-.venv/bin/eyas pipeline run eagle3 -f "$DATA/demo/pipeline.json" --wait || echo "the pipeline did not succeed (see above)"
+.venv/bin/eyas demo "$DEMO" --target "$TARGET"
+.venv/bin/eyas pipeline run eagle3 -f "$DEMO/pipeline.json" --wait || echo "the pipeline did not succeed (see above)"
 
 echo "== the benchmark table (CSV)"
 BENCH=$(curl -sf "${auth[@]}" "$EYAS_URL/v1/benchmarks?limit=1" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['items'][0]['id'])")

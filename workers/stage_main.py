@@ -28,6 +28,7 @@ from contract.events import ErrorEvent, ResultEvent, to_line
 from contract.params.common import StageParams
 from contract.reasons import TerminationReason
 from contract.stages import STAGES
+from drafting.safepaths import PathGuard, PathRefused
 from drafting.stages import load_stage
 from drafting.stages.base import EventSink, StageCancelled, StageContext, StageError
 from drafting.userfiles import Cap, UserFileError, read_user_json
@@ -92,6 +93,12 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--job-id", default=None)
     parser.add_argument("--gpus", default="")
     parser.add_argument("--allowed-root", action="append", default=[], type=Path)
+    parser.add_argument(
+        "--data-dir", default=None, type=Path, help="the worker's data folder (never written)"
+    )
+    parser.add_argument(
+        "--inherited-views", default=None, type=Path, help="a torchrun rank's launcher's views"
+    )
     return parser.parse_args(argv)
 
 
@@ -114,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         allowed_roots=tuple(args.allowed_root),
         cancel=cancel,
         job_id=args.job_id,
+        data_dir=args.data_dir,
+        inherited_views=args.inherited_views,
     )
     try:
         return _run(ctx, sink, args.kind, args.params_file)
@@ -128,23 +137,66 @@ def _load_params(kind: str, params_file: Path) -> StageParams:
     return params
 
 
+class DescribedSink:
+    """Events with the user's paths in them, not the views the stage used (drafting/safepaths.py)."""
+
+    def __init__(self, inner: EventSink, guard: PathGuard) -> None:
+        self._inner, self._guard = inner, guard
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._inner.emit(self._guard.describe_all(event))
+
+
+def pinned_params(guard: PathGuard, kind: str, params: StageParams) -> StageParams:
+    """The params with every host path, nested ones included, replaced by what the stage must use: an
+    input by its view (resolved beneath its allowed root now, held open), an output by <its pinned parent
+    folder's view>/<its name>. From here on no user path is looked up by its name again."""
+    outputs = set(params.output_paths())
+    swaps: dict[str, str] = {}
+    for path in params.host_paths():
+        if path not in swaps:
+            swaps[path] = str(guard.output_parent(path) if path in outputs else guard.input(path))
+    swapped: StageParams = STAGES[kind].parse(_swap_strings(params.model_dump(mode="json"), swaps))
+    return swapped
+
+
+def _swap_strings(value: Any, swaps: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        flag, equals, inline = value.partition("=")
+        if equals and flag.startswith("--") and inline in swaps:  # an extra_args `--flag=/path`
+            return f"{flag}={swaps[inline]}"
+        return swaps.get(value, value)
+    if isinstance(value, dict):
+        return {k: _swap_strings(v, swaps) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_swap_strings(v, swaps) for v in value]
+    return value
+
+
 def _run(ctx: StageContext, sink: EventSink, kind: str, params_file: Path) -> int:
+    rank = isinstance(sink, RankSink)
+    sink = ctx.sink = DescribedSink(sink, ctx.paths)
     try:
-        # The worker's one validation of the params and one check of their host paths (nested ones too),
-        # before the stage starts: stages trust what ctx and params hold.
-        params = _load_params(kind, params_file)
-        for path in params.host_paths():
-            ctx.check_path(path)
+        return _run_described(ctx, sink, kind, params_file, rank=rank)
+    finally:
+        ctx.paths.close()
+
+
+def _run_described(ctx: StageContext, sink: EventSink, kind: str, params_file: Path, *, rank: bool) -> int:
+    try:
+        # The worker's one validation of the params; then every host path (nested ones too) is resolved
+        # beneath its allowed root and held, before the stage starts: stages use what ctx and params hold.
+        params = pinned_params(ctx.paths, kind, _load_params(kind, params_file))
         result = load_stage(kind)(ctx, params)
     except StageCancelled:
         sink.emit(to_line(ErrorEvent(reason=TerminationReason.USER_CANCELLED, message="cancelled")))
         # A rank that stopped on request exits cleanly: its launcher knows it cancelled, and torchrun would
         # report a non-zero exit as a failed worker.
-        return 0 if isinstance(sink, RankSink) else EXIT_CANCELLED
-    except (StageError, UserFileError) as caught:
+        return 0 if rank else EXIT_CANCELLED
+    except (StageError, UserFileError, PathRefused) as caught:
         # A user-given file a stage refused to read (a FIFO, a device, too large) is bad input, not a crash.
-        exc = caught if isinstance(caught, StageError) else StageError.bad_input(caught)
-        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        exc = _as_stage_error(caught)
+        print(f"error: {ctx.paths.describe(exc.message)}", file=sys.stderr, flush=True)
         sink.emit(to_line(ErrorEvent(reason=exc.reason, message=exc.message, details=exc.details)))
         return exc.exit_code or 1
     except Exception as exc:  # noqa: BLE001 - any crash of a stage becomes its error event, with the traceback
@@ -157,6 +209,12 @@ def _run(ctx: StageContext, sink: EventSink, kind: str, params_file: Path) -> in
         result = result.model_dump(mode="json")
     sink.emit(to_line(ResultEvent(result=result if isinstance(result, dict) else {"value": result})))
     return 0
+
+
+def _as_stage_error(caught: StageError | UserFileError | PathRefused) -> StageError:
+    if isinstance(caught, PathRefused):
+        return StageError.refused_path(caught)
+    return caught if isinstance(caught, StageError) else StageError.bad_input(caught)
 
 
 if __name__ == "__main__":

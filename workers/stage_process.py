@@ -92,6 +92,7 @@ def stage_job(
     ]
     for root in settings.allowed_roots:
         args += ["--allowed-root", str(root)]
+    args += ["--data-dir", str(settings.data_dir.resolve())]
     return handoff.StageJob(args=args, env=child_env(settings, gpus), cwd=str(work_dir))
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.core.paging import After, newest_first
-from app.jobs.states import ACTIVE, JobState, Move, plan
+from app.jobs.states import ACTIVE, TERMINAL, JobState, Move, plan
 from app.models.base import utcnow
 from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
 
@@ -320,3 +320,12 @@ def metrics(
     if since_step is not None:
         query = query.where(JobMetric.step > since_step)
     return list(session.scalars(query.order_by(JobMetric.step, JobMetric.id).limit(limit)))
+
+
+def unfinished_params(session: Session, host: str) -> list[tuple[uuid.UUID, str, dict[str, Any]]]:
+    """(id, kind, params) of every job on `host` that has not ended: the paths it reads or writes are in
+    use now or will be (pending and queued jobs included)."""
+    query = select(Job.id, Job.kind, Job.params).where(
+        Job.host == host, Job.state.not_in([s.value for s in TERMINAL])
+    )
+    return [(row[0], row[1], row[2]) for row in session.execute(query)]

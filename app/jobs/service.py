@@ -18,9 +18,8 @@ from app.core.errors import AppError, ErrorCode, found_or_404
 from app.core.paging import decode_cursor, page_of
 from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
-from app.hosts import repository as hosts_repo
 from app.hosts import service as hosts_service
-from app.jobs import refs, repository, waiting
+from app.jobs import path_rules, refs, repository, waiting
 from app.jobs.params import validate_params
 from app.jobs.schemas import JobCreate, JobRead
 from app.jobs.states import TERMINAL, EventReason, JobState, transition
@@ -61,7 +60,7 @@ def submit_job(
     if spec.gpus is None and gpus and params.gpus_optional():
         gpus = hosts_service.gpus_if_present(session, host=spec.host, wanted=gpus)
     host = hosts_service.place(session, settings, gpus=gpus, host=spec.host)
-    _check_paths_allowed(session, host, params)
+    path_rules.check_job_paths(session, settings, host, params)
     deps = _checked_dependencies(session, spec.depends_on)
     job = _new_job(spec, params, host=host, gpus=gpus, principal=principal, pipeline_id=pipeline_id)
     job.pipeline_step, job.param_refs = pipeline_step, param_refs or None
@@ -222,19 +221,6 @@ def _checked_dependencies(session: Session, depends_on: list[uuid.UUID]) -> list
             f"dependency {dead[0].id} already ended {dead[0].state}; it cannot succeed",
         )
     return deps
-
-
-def _check_paths_allowed(session: Session, host: str, params: StageParams) -> None:
-    known = hosts_repo.get(session, host)
-    roots = known.allowed_roots if known is not None else []
-    if not roots:
-        return  # the worker checks again, with symlinks resolved, before anything runs
-    for path in params.host_paths():
-        if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
-            raise AppError(
-                ErrorCode.PATH_NOT_ALLOWED,
-                f"{path} is outside the allowed roots of host {host!r}: {', '.join(roots)}",
-            )
 
 
 def _new_job(

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from contract.params.common import HostPath, StageParams
+from contract.params.common import HostPath, OutputPath, StageParams
 
 # What an SGLang version may look like; drafting.sglang_facts.parse_version reads it with this pattern.
 SGLANG_VERSION_PATTERN = r"^v?\d+\.\d+\.\d+(\.?(post|rc|dev)\d*)?$"
@@ -18,7 +18,7 @@ class FixKeysParams(StageParams):
     source: HostPath = Field(
         description="drafter folder (speculators layers.0.* or EAGLE/SpecForge midlayer.*)"
     )
-    dest: HostPath = Field(description="folder to write the SGLang-ready checkpoint to (must not exist)")
+    dest: OutputPath = Field(description="folder to write the SGLang-ready checkpoint to (must not exist)")
     target_config: HostPath | None = Field(
         None, description="target model folder or its config.json (vocab, rope, hidden size, context)"
     )

@@ -39,6 +39,14 @@ def _check_host_path(value: str) -> str:
 HostPath = Annotated[str, AfterValidator(_check_host_path)]
 """An absolute path on the worker host. The worker also checks it lies under the host's allowed roots."""
 
+
+def _check_output_path(value: str) -> str:
+    return _check_host_path(value)
+
+
+OutputPath = Annotated[str, AfterValidator(_check_output_path)]
+"""A HostPath the stage writes (a folder or file it makes): contract/paths.py says where it may not be."""
+
 # The prompt sets eyas knows by name (drafting.prompting.named holds them; a test keeps the two lists equal).
 PROMPT_SET_NAMES = ("default", "mtbench")
 
@@ -89,6 +97,15 @@ class StageParams(BaseModel):
                     paths.append(value)
         return paths
 
+    def output_paths(self) -> list[str]:
+        """Every OutputPath-typed value: what the job writes (the rest of host_paths it only reads)."""
+        return [
+            value
+            for name, field in type(self).model_fields.items()
+            if _is_host_path(field.annotation, field.metadata, (_check_output_path,))
+            and isinstance(value := getattr(self, name), str)
+        ]
+
     def needs_gpus(self) -> bool:
         """Whether this job holds GPUs while it runs (overridden by GPU stages)."""
         return False
@@ -132,16 +149,16 @@ class DataParallelParams(StageParams):
         return None
 
 
-_PATH_CHECKS = (_check_host_path, _check_prompt_source)
+_PATH_CHECKS = (_check_host_path, _check_prompt_source, _check_output_path)
 
 
-def _is_host_path(annotation: object, metadata: list[object]) -> bool:
+def _is_host_path(annotation: object, metadata: list[object], checks: tuple[Any, ...] = _PATH_CHECKS) -> bool:
     validators = [m for m in metadata if isinstance(m, AfterValidator)]
-    if any(v.func in _PATH_CHECKS for v in validators):
+    if any(v.func in checks for v in validators):
         return True
     args = getattr(annotation, "__args__", ())
     for arg in args:
         for meta in getattr(arg, "__metadata__", ()):
-            if isinstance(meta, AfterValidator) and meta.func in _PATH_CHECKS:
+            if isinstance(meta, AfterValidator) and meta.func in checks:
                 return True
     return False

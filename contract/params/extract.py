@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from contract.params.common import DataParallelParams, HostPath
+from contract.params.common import DataParallelParams, HostPath, OutputPath
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 # SGLang 0.5.14's attention kernels for CUDA GPUs (server_args.py ATTENTION_BACKEND_CHOICES, less those of
@@ -47,7 +47,7 @@ class ExtractParams(DataParallelParams):
     data: HostPath = Field(
         description="JSONL of conversations: OpenAI `messages` or ShareGPT `conversations` per line"
     )
-    output: HostPath = Field(description="extraction folder (speculators' offline layout + eyas manifest)")
+    output: OutputPath = Field(description="extraction folder (speculators' offline layout + eyas manifest)")
     tokenizer: HostPath | None = Field(None, description="tokenizer folder (default: the target folder)")
     max_len: int = Field(2048, ge=16, le=262_144, description="tokens per sample, after the chat template")
     overlong: Literal["truncate", "drop"] = Field(

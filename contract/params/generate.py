@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from contract.params.common import HostPath, PromptSource, StageParams
+from contract.params.common import HostPath, OutputPath, PromptSource, StageParams
 from contract.params.launch import LaunchParams
 from contract.params.text import BIDI_CONTROL_RE
 
@@ -85,7 +85,7 @@ class GenerateParams(StageParams):
         description="JSONL: OpenAI `messages`, ShareGPT `conversations`, MT-Bench `turns` or plain `text` "
         "per line; assistant turns in it are dropped and regenerated",
     )
-    output: HostPath = Field(description="conversations JSONL (OpenAI `messages`), as `extract` reads it")
+    output: OutputPath = Field(description="conversations JSONL (OpenAI `messages`), as `extract` reads it")
     max_new_tokens: int = Field(
         1024, ge=1, le=262_144, description="per answer; one that hits it is counted truncated"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from contract.params.common import HostPath, StageParams
+from contract.params.common import OutputPath, StageParams
 
 
 class SelftestParams(StageParams):
@@ -15,7 +15,7 @@ class SelftestParams(StageParams):
     lines_per_second: float = Field(0, ge=0, description="pace the lines (0 = as fast as possible)")
     sleep_s: float = Field(0, ge=0, le=86_400, description="sleep after printing")
     exit_code: int = Field(0, ge=0, le=255, description="exit with this code")
-    marker_file: HostPath | None = Field(None, description="append one line per run here (side effect)")
+    marker_file: OutputPath | None = Field(None, description="append one line per run here (side effect)")
     hold_gpus: bool = Field(False, description="hold the job's GPUs (for lease tests)")
 
     def needs_gpus(self) -> bool:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from contract.params.common import DataParallelParams, HostPath
+from contract.params.common import DataParallelParams, HostPath, OutputPath
 
 DEFAULT_SELECT_DEPTH = 5
 
@@ -14,7 +14,7 @@ DEFAULT_SELECT_DEPTH = 5
 class TrainParams(DataParallelParams):
     data: HostPath = Field(description="an extract stage's output folder")
     target: HostPath = Field(description="the target model folder (config, embeddings, final norm, lm_head)")
-    output: HostPath = Field(
+    output: OutputPath = Field(
         description="run folder: epoch_{n}/ checkpoints in SGLang's layout + training state"
     )
     backend: Literal["eyas"] = Field("eyas", description="trainer implementation (speculators: later)")

@@ -14,5 +14,10 @@ class CheckpointError(Exception):
         self.path = path
 
 
+class DestinationNotOurs(CheckpointError):
+    """The destination exists and eyas did not make it (no output marker), or it is not a folder: eyas
+    does not replace it, with force or without."""
+
+
 class PickleWeightsError(CheckpointError):
     """The weights are pickle files, which are read only with an explicit allow_pickle."""

@@ -28,6 +28,7 @@ from drafting.checkpoint.safetensors_io import (
 from drafting.checkpoint.source import INDEX_NAME, DraftCheckpoint, open_checkpoint
 from drafting.checkpoint.target import TargetModel, load_target
 from drafting.checkpoint.view import DraftView
+from drafting.outputs import OutputMark
 from drafting.sglang_facts import format_version, parse_version, rules_for
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -46,18 +47,37 @@ def fix_checkpoint(
     allow_pickle: bool = False,
     on_progress: ProgressCallback | None = None,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    mark: OutputMark | None = None,
 ) -> FixReport:
     """Convert `source` into SGLang's layout at `dest`; report.ok False (dest untouched) if it would not load.
 
-    Raises CheckpointError for inputs it cannot read and for an existing `dest` without `force`.
+    Raises CheckpointError for inputs it cannot read, for an existing `dest` without `force`, and for an
+    existing `dest` eyas did not make (force replaces only folders carrying eyas's marker, `mark`).
     """
     rules_for(sglang_version)  # refuse a malformed or unknown version before touching anything
     version = format_version(parse_version(sglang_version))
     source, dest = Path(source).absolute(), Path(dest).absolute()
-    atomic.clean_stale(dest)  # first: it may put back a destination a killed run had set aside
-    atomic.check_paths(source, dest, force=force)
-    target_model = load_target(Path(target)) if target is not None else None
-    with atomic.workspace(dest) as work:
+    with atomic.Destination(dest, mark or OutputMark("fix_keys")) as place:
+        place.clean_stale()  # first: it may put back a destination a killed run had set aside
+        place.check(source, force=force)
+        target_model = load_target(Path(target)) if target is not None else None
+        return _convert(
+            source, place, target, target_model, version, allow_pickle, on_progress, max_shard_bytes
+        )
+
+
+def _convert(
+    source: Path,
+    place: atomic.Destination,
+    target: Path | None,
+    target_model: TargetModel | None,
+    version: str,
+    allow_pickle: bool,
+    on_progress: ProgressCallback | None,
+    max_shard_bytes: int,
+) -> FixReport:
+    dest = place.path
+    with place.workspace() as work:
         checkpoint = _open_source(source, work, allow_pickle)
         report = FixReport(str(source), str(dest), version, written=False)
         config, report.config_changes = build_sglang_config(
@@ -74,7 +94,8 @@ def fix_checkpoint(
         report.doctor.draft = str(dest)
         if not report.doctor.ok:
             return report
-        atomic.move_into_place(out, dest)
+        place.mark(out)
+        place.move_into_place(out)
         report.written = True
     return report
 

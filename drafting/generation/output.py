@@ -8,6 +8,7 @@ and on close: a crash of the machine loses at most the last batch, which the nex
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -43,27 +44,41 @@ class Existing:
 
 
 def prepare_output(path: Path, *, resume: bool) -> Existing:
-    """Resume: read what is there and cut a half-written tail. Otherwise: start an empty file."""
+    """Resume: read what is there and cut a half-written tail. Otherwise: start an empty file, but only
+    over a file generate started (its first record is one generate wrote): anything else is left as it is
+    (OutputMismatch). A symlink at the output's name is never followed (UserFileError). In a stage
+    process `path` is <pinned parent>/<name>."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if not os.path.lexists(path):
         return Existing()
     check_regular(path, Cap.WEIGHTS, "output")  # a FIFO or a device there is an error, never a hang
     if not resume:
-        with _open_append(path) as handle:
+        _check_started_by_generate(path)
+        with _open_append(path) as handle:  # no symlink is followed: the file checked, or a failure
             os.ftruncate(handle.fd, 0)
         return Existing()
     existing, whole_bytes = _read_existing(path)
-    size = path.stat().st_size
-    if size > whole_bytes:
-        os.truncate(path, whole_bytes)
-        existing.discarded_bytes = size - whole_bytes
+    with _open_append(path) as handle:
+        size = os.fstat(handle.fd).st_size
+        if size > whole_bytes:
+            os.ftruncate(handle.fd, whole_bytes)
+            existing.discarded_bytes = size - whole_bytes
     return existing
+
+
+def _check_started_by_generate(path: Path) -> None:
+    """A file whose first record generate did not write is someone else's: eyas does not empty it."""
+    with open_user_file(path, Cap.DATASET, "output", follow=False) as handle:
+        for number, raw in enumerate(iter(lambda: handle.readline(Cap.LINE + 1), b""), start=1):
+            if raw.strip():
+                _parse_written(raw, number, path, resume=False)
+                return
 
 
 def _read_existing(path: Path) -> tuple[Existing, int]:
     existing = Existing()
     whole_bytes = 0
-    with open_user_file(path, Cap.DATASET, "output") as handle:
+    with open_user_file(path, Cap.DATASET, "output", follow=False) as handle:
         for number, raw in enumerate(iter(lambda: handle.readline(Cap.LINE + 1), b""), start=1):
             if not raw.endswith(b"\n"):
                 if handle.read(1):  # more follows: a line over the cap, not a tail (never cut whole lines)
@@ -72,7 +87,7 @@ def _read_existing(path: Path) -> tuple[Existing, int]:
             whole_bytes += len(raw)
             if not raw.strip():
                 continue
-            key, self_prompt = _parse_written(raw, number, path)
+            key, self_prompt = _parse_written(raw, number, path, resume=True)
             existing.keys.add(key)
             if self_prompt is not None:
                 existing.self_prompts.append(self_prompt)
@@ -80,7 +95,7 @@ def _read_existing(path: Path) -> tuple[Existing, int]:
     return existing, whole_bytes
 
 
-def _parse_written(raw: bytes, number: int, path: Path) -> tuple[str, str | None]:
+def _parse_written(raw: bytes, number: int, path: Path, *, resume: bool) -> tuple[str, str | None]:
     try:
         record = json.loads(raw)
     except ValueError:
@@ -88,9 +103,14 @@ def _parse_written(raw: bytes, number: int, path: Path) -> tuple[str, str | None
     messages = record.get("messages") if isinstance(record, dict) else None
     key = record.get("id") if isinstance(record, dict) else None
     if not isinstance(key, str) or not isinstance(messages, list):
+        if not resume:
+            raise OutputMismatch(
+                f"{path} line {number} is not a record generate wrote (no `id` and `messages`): eyas starts "
+                "afresh only an output generate started; move the file away or choose another output"
+            )
         raise OutputMismatch(
             f"{path} line {number} is not a record generate wrote (no `id` and `messages`): resuming would "
-            "mix files; move it away, or set resume false to start it afresh"
+            "mix files; move it away, or choose another output"
         )
     generation = record.get("generation") if isinstance(record, dict) else None
     if isinstance(generation, dict) and generation.get("source") == "self_prompts":
@@ -121,10 +141,14 @@ class _Handle:
 
 
 def _open_append(path: Path) -> _Handle:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserFileError(
+                path, "the output is a symlink; eyas writes only the file itself", "not_regular"
+            ) from exc
         raise UserFileError(path, f"cannot open the output: {exc.strerror}", "unreadable") from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or device since it was checked
         os.close(fd)

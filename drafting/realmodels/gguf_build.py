@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from typing import Any
 
 from drafting.checkpoint import atomic
 from drafting.checkpoint.target import load_target
+from drafting.outputs import OutputMark, open_folder, read_mark, write_mark
 from drafting.prompting.chat import has_chat_template
 
 MARKER = "eyas-target.json"
@@ -110,25 +112,40 @@ def _exclusive(folder: Path) -> Iterator[None]:
 def _build_locked(
     folder: Path, gguf: Path, wanted: dict[str, Any], expected: Expected, dtype: str, started: float
 ) -> BuiltTarget:
-    atomic.clean_stale(folder)
-    current = read_marker(folder)
-    if current is not None and _same_build(current, wanted):
-        check_target_folder(folder, expected)
-        return BuiltTarget(folder, gguf, False, time.monotonic() - started, current)
-    if folder.exists() and current is None and any(folder.iterdir()):
-        raise TargetBuildError(
-            f"{folder} exists and was not built by eyas (no {MARKER}); pick an empty or new folder"
-        )
-    with atomic.workspace(folder) as work:
-        out = work / "target"
-        _convert(gguf, out, dtype)
-        check_target_folder(out, expected)
-        marker = {**wanted, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        if folder.exists() and not any(folder.iterdir()):
-            folder.rmdir()  # an empty folder made for us: nothing to set aside
-        atomic.move_into_place(out, folder)
+    with atomic.Destination(folder, OutputMark("gguf_build")) as place:
+        place.clean_stale()
+        current = read_marker(folder)
+        if current is not None and _same_build(current, wanted):
+            check_target_folder(folder, expected)
+            return BuiltTarget(folder, gguf, False, time.monotonic() - started, current)
+        if folder.exists() and current is None and any(folder.iterdir()):
+            raise TargetBuildError(
+                f"{folder} exists and was not built by eyas (no {MARKER}); pick an empty or new folder"
+            )
+        if current is not None:
+            _mark_as_output(place)  # built before output folders carried eyas's output marker
+        with place.workspace() as work:
+            out = work / "target"
+            _convert(gguf, out, dtype)
+            check_target_folder(out, expected)
+            marker = {**wanted, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()  # an empty folder made for us: nothing to set aside
+            place.mark(out)
+            place.move_into_place(out)
     return BuiltTarget(folder, gguf, True, time.monotonic() - started, marker)
+
+
+def _mark_as_output(place: atomic.Destination) -> None:
+    fd = open_folder(place.parent_fd, place.name)
+    if fd is None:
+        return
+    try:
+        if read_mark(fd) is None:
+            write_mark(fd, place.output_mark)
+    finally:
+        os.close(fd)
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:

@@ -112,6 +112,8 @@ def torchrun_argv(ctx: StageContext, kind: str, params_file: Path, fifo: Path, w
         "--event-fifo", str(fifo), "--work-dir", str(ctx.work_dir), "--gpus", ",".join(map(str, ctx.gpus)),
     ]  # fmt: skip
     argv += [f"--allowed-root={root}" for root in ctx.allowed_roots]
+    argv += [f"--data-dir={ctx.data_dir}"] if ctx.data_dir is not None else []
+    argv += [f"--inherited-views={ctx.paths.views_folder()}"]  # the params' paths are already pinned
     return argv + (["--job-id", ctx.job_id] if ctx.job_id else [])
 
 

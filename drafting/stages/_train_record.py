@@ -21,9 +21,10 @@ from drafting.userfiles import Cap, read_user_json_object
 RUN_FILE = "run.json"
 
 
-def record_epoch(output: Path, params: TrainParams, summary: dict[str, float]) -> None:
+def record_epoch(output: Path, params: dict[str, Any], summary: dict[str, float]) -> None:
+    """Add an epoch to the run's record (`params` as the user gave them: views replaced by their paths)."""
     path = output / RUN_FILE
-    record = read_run(output) or {"params": params.model_dump(), "epochs": []}
+    record = read_run(output) or {"params": params, "epochs": []}
     epochs: list[dict[str, float]] = record["epochs"]
     record["epochs"] = [e for e in epochs if e.get("epoch") != summary["epoch"]] + [summary]
     path.write_text(json.dumps(record, indent=2) + "\n")
@@ -55,7 +56,7 @@ def train_result(
         1.0 if completed else min(1.0, position.global_step / max(1, total_steps)),
         "done" if completed else stopped,
     )
-    return {
+    report = {
         "completed": completed,
         "total_steps": total_steps,
         "output": str(output),
@@ -69,6 +70,8 @@ def train_result(
         "accept_formula": ACCEPT_FORMULA,  # est_accept_len_d{d}: per position, overstates serving
         "simulated_formula": SIMULATED_FORMULA,  # sim_accept_len_d{d}: epochs are chosen by it
     }
+    described: dict[str, Any] = ctx.paths.describe_all(report)  # the output folder by the user's path
+    return described
 
 
 def _hand_on(

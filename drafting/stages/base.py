@@ -7,6 +7,7 @@ It prints its log (captured line by line by the process runner), and reports str
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ from typing import Any, Protocol
 from contract.events import ArtifactEvent, MetricEvent, ProgressEvent, to_line
 from contract.reasons import TerminationReason
 from drafting.hostinfo import gpus
+from drafting.outputs import NotOurs, OutputMark, claim_folder
+from drafting.safepaths import DIRECTORY, PathGuard, PathRefused
 from drafting.userfiles import UserFileError
 
 
@@ -36,6 +39,12 @@ class StageError(Exception):
         self.reason = reason
         self.details = details or {}
         self.exit_code = exit_code
+
+    @classmethod
+    def refused_path(cls, exc: PathRefused) -> StageError:
+        """A user path eyas will not use (drafting/safepaths.py): outside the roots, or where no output
+        may go."""
+        return cls(exc.message, reason=exc.reason, details={"path": exc.path})
 
     @classmethod
     def bad_input(cls, exc: UserFileError) -> StageError:
@@ -96,19 +105,56 @@ class StageContext:
     allowed_roots: Sequence[Path] = ()
     cancel: threading.Event = field(default_factory=threading.Event)
     job_id: str | None = None
+    data_dir: Path | None = None
+    inherited_views: Path | None = None  # a torchrun rank's: its launcher's views (drafting/safepaths.py)
+    guard: PathGuard | None = None
+
+    @property
+    def paths(self) -> PathGuard:
+        """This process's user paths, resolved beneath the allowed roots and held (drafting/safepaths.py)."""
+        if self.guard is None:
+            self.guard = PathGuard(
+                self.allowed_roots, data_dir=self.data_dir, inherited_views=self.inherited_views
+            )
+        return self.guard
 
     def log(self, text: str, *, stream: str = "stdout") -> None:
         out = sys.stderr if stream == "stderr" else sys.stdout
-        print(text, file=out, flush=True)
+        print(self.paths.describe(text), file=out, flush=True)
+
+    def output_folder(self, path: str | Path, kind: str) -> Path:
+        """The output folder at `path`, held open for this stage to write into: made new and marked as
+        eyas's, or eyas's own from an earlier run (resume), or an empty folder it marks now. A folder eyas
+        did not make, a symlink or a file there fails the job (BAD_INPUT); so does a place no output may go
+        (PATH_NOT_ALLOWED: contract/paths.py)."""
+        guard = self.paths
+        try:
+            at = guard.output_parent(path)
+            shown = guard.describe(str(at))
+            parent_fd = os.open(at.parent, DIRECTORY)
+            try:
+                fd = claim_folder(parent_fd, at.name, OutputMark(kind, self.job_id), shown=shown)
+            finally:
+                os.close(parent_fd)
+        except PathRefused as exc:
+            raise StageError.refused_path(exc) from None
+        except NotOurs as exc:
+            raise StageError(
+                exc.message, reason=TerminationReason.BAD_INPUT, details={"path": shown}
+            ) from None
+        return guard.view_of(fd, shown)
 
     def progress(self, fraction: float, message: str = "") -> None:
+        message = self.paths.describe(message)
         self.sink.emit(to_line(ProgressEvent(fraction=max(0.0, min(1.0, fraction)), message=message)))
 
     def metric(self, name: str, value: float, step: int) -> None:
         self.sink.emit(to_line(MetricEvent(name=name, value=float(value), step=int(step))))
 
     def artifact(self, kind: str, path: str | Path, meta: dict[str, Any] | None = None) -> None:
-        self.sink.emit(to_line(ArtifactEvent(kind=kind, path=str(path), meta=meta or {})))
+        """Recorded by the user's path (a view the stage wrote through is named as what it stands for)."""
+        shown, meta = self.paths.describe(str(path)), self.paths.describe_all(meta or {})
+        self.sink.emit(to_line(ArtifactEvent(kind=kind, path=shown, meta=meta)))
 
     def check_cancelled(self) -> None:
         if self.cancel.is_set():
@@ -120,8 +166,8 @@ class StageContext:
     def check_path(self, path: str | Path) -> Path:
         """Resolve a path and refuse it unless it lies under an allowed root (symlinks resolved).
 
-        The stage process (workers/stage_main.py) calls it once for every host path of the params, nested
-        ones included, before the stage starts; stages take their params' paths as checked."""
+        A check by name only: what the name leads to may change before it is used. The stage process
+        uses no user path this way; it pins every one (`paths`, drafting/safepaths.py)."""
         resolved = Path(path).resolve()
         if not self.allowed_roots:
             return resolved

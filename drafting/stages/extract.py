@@ -43,6 +43,7 @@ from drafting.ml.extraction import (
     pending_samples,
     required_bytes,
 )
+from drafting.outputs import MARKER
 from drafting.stages._extract_sglang import check_host, extract_with_sglang
 from drafting.stages._extract_writing import ExtractProgress, RunTotals, close_writer
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
@@ -80,7 +81,7 @@ def run(ctx: StageContext, params: ExtractParams) -> dict[str, Any]:
         return run_ranks(ctx, "extract", params, world)
     ranks = distributed.join(params.device)
     ctx = quiet_unless_main(ctx, ranks)
-    inputs = _resolve(params)
+    inputs = _resolve(ctx, params)
     device = _device(params, ranks)
     manifest, rows, pending = _plan(ctx, params, inputs, ranks)
     # Data-parallel ranks (hf) take a share each; tensor-parallel ranks (sglang) all run every sample.
@@ -142,7 +143,7 @@ def _written_by_all(ranks: Ranks, device: torch.device, progress: ExtractProgres
     return RunTotals(samples, tokens, size)
 
 
-def _resolve(params: ExtractParams) -> _Inputs:
+def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
     target = Path(params.target)
     tokenizer = Path(params.tokenizer) if params.tokenizer else target
     # Every file transformers will read, and the data, up front: a FIFO among them fails now, not at timeout.
@@ -160,8 +161,8 @@ def _resolve(params: ExtractParams) -> _Inputs:
         aux = check_aux_layers(params.aux_layers or default_aux_layers(num_layers), num_layers)
     except ValueError as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
-    output = Path(params.output)
-    (output / hidden_store.HIDDEN_DIR).mkdir(parents=True, exist_ok=True)
+    output = ctx.output_folder(params.output, "extract")
+    (output / hidden_store.HIDDEN_DIR).mkdir(exist_ok=True)
     return _Inputs(
         target=target,
         data=data,
@@ -211,9 +212,10 @@ def _prepare_rows(
     if existing is not None and existing.get("status") != "tokenizing":
         ctx.log(f"resuming the extraction in {inputs.output}")
         return existing, read_dataset_rows(inputs.output)[0]
-    if existing is None and any(p.name != hidden_store.HIDDEN_DIR for p in inputs.output.iterdir()):
+    ours = (hidden_store.HIDDEN_DIR, MARKER)
+    if existing is None and any(p.name not in ours for p in inputs.output.iterdir()):
         raise StageError(f"{inputs.output} is not empty and holds no eyas extraction")
-    manifest = _new_manifest(params, inputs, key, key_inputs)
+    manifest = ctx.paths.describe_all(_new_manifest(params, inputs, key, key_inputs))
     hidden_store.write_manifest(inputs.output, manifest)
     return manifest, _tokenize(ctx, params, inputs, manifest)
 
@@ -351,4 +353,5 @@ def _finish(
     result.update(written_this_run=written_this_run.samples, tokens_per_s=tokens_per_s)
     ctx.artifact("hidden_states", inputs.output, {k: manifest[k] for k in ("aux_layers", "dtype", "tokens")})
     ctx.progress(1.0, "done")
-    return result
+    described: dict[str, Any] = ctx.paths.describe_all(result)  # the output folder by the user's path
+    return described

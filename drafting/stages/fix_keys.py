@@ -8,6 +8,8 @@ from typing import Any
 from contract.params.checkpoint import FixKeysParams
 from contract.reasons import TerminationReason
 from drafting.checkpoint import CheckpointError, fix_checkpoint
+from drafting.checkpoint.errors import DestinationNotOurs
+from drafting.outputs import OutputMark
 from drafting.stages.base import StageContext, StageError
 
 _PROGRESS_STEP = 0.02  # report at most every 2 % of the bytes
@@ -35,7 +37,12 @@ def run(ctx: StageContext, params: FixKeysParams) -> dict[str, Any]:
             force=params.force,
             allow_pickle=params.allow_pickle,
             on_progress=on_progress,
+            mark=OutputMark("fix_keys", ctx.job_id),
         )
+    except DestinationNotOurs as exc:  # a user's folder (or a link, a file) at dest: never replaced
+        raise StageError(
+            exc.message, reason=TerminationReason.BAD_INPUT, details={"path": str(dest)}
+        ) from exc
     except CheckpointError as exc:
         raise StageError(exc.message, reason=TerminationReason.CHECKPOINT_INVALID) from exc
     ctx.log(report.render_text())

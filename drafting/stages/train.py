@@ -126,13 +126,13 @@ class _Run:
         save_drafter(self.drafter, folder, target_config=self.inputs.target_config)
         meta = {"epoch": epoch + 1, "global_step": self.position.global_step, **summary}
         self.ctx.artifact("drafter", folder, meta)
-        record_epoch(self.inputs.output, self.params, summary)
+        record_epoch(self.inputs.output, self.ctx.paths.describe_all(self.params.model_dump()), summary)
         return folder
 
 
 def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
     ctx = quiet_unless_main(ctx, ranks)
-    inputs = _resolve(params, ranks)
+    inputs = _resolve(ctx, params, ranks)
     extraction, held_out, head = _open_inputs(inputs, params)
     fingerprint = {
         "extraction": extraction.manifest["fingerprint"],
@@ -242,15 +242,14 @@ def _fit(run: _Run, trainer: Trainer, plan: LoopPlan) -> None:
         raise out_of_memory(str(exc), exc.batch_size, exc.seq_len, run.ctx.gpus) from None
 
 
-def _resolve(params: TrainParams, ranks: Ranks) -> _Inputs:
+def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
     target = Path(params.target)
     config_path = target / "config.json"
     if not config_path.exists():
         raise StageError(f"{target} has no config.json (expected a HF model folder)")
     if params.device == "cuda" and not torch.cuda.is_available():
         raise StageError("device is cuda but no CUDA device is visible", reason=TerminationReason.NO_GPU)
-    output = Path(params.output)
-    output.mkdir(parents=True, exist_ok=True)
+    output = ctx.output_folder(params.output, "train")
     return _Inputs(
         data=Path(params.data),
         target=target,

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from drafting.checkpoint import CheckpointError, PickleWeightsError, diagnose, fix_checkpoint
+from drafting.outputs import MARKER, OutputMark, write_mark
 from drafting.proc import run_command
 from tests.checkpoint.conftest import folder_digest
 from tests.checkpoint.test_convert import SGLANG_EXPECTED, _shapes
@@ -53,17 +54,55 @@ def test_existing_destination_is_refused_without_force(tmp_path: Path, clean_dra
     assert (dest / "keep.txt").read_text() == "old"
 
 
-def test_force_replaces_destination_once_complete(tmp_path: Path, clean_draft: Path) -> None:
-    dest = tmp_path / "out"
+def eyas_output(dest: Path) -> Path:
+    """An existing destination eyas made earlier: a folder with a file in it and eyas's output marker."""
     dest.mkdir()
     (dest / "keep.txt").write_text("old")
+    fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_mark(fd, OutputMark("fix_keys", "an-earlier-job"))
+    finally:
+        os.close(fd)
+    return dest
 
-    report = fix_checkpoint(clean_draft, dest, force=True)
+
+def test_force_replaces_an_eyas_destination_once_complete(tmp_path: Path, clean_draft: Path) -> None:
+    dest = eyas_output(tmp_path / "out")
+
+    report = fix_checkpoint(clean_draft, dest, force=True, mark=OutputMark("fix_keys", "this-job"))
 
     assert report.ok
     assert not (dest / "keep.txt").exists()
     assert _shapes(dest) == SGLANG_EXPECTED
+    assert json.loads((dest / MARKER).read_text())["job_id"] == "this-job"
     assert _leftovers(dest) == []
+
+
+def test_force_never_replaces_a_folder_eyas_did_not_make(tmp_path: Path, clean_draft: Path) -> None:
+    dest = tmp_path / "users-folder"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    (dest / "sub").mkdir()
+    (dest / "sub" / "data.bin").write_bytes(b"\x00" * 10)
+    before = folder_digest(dest)
+
+    with pytest.raises(CheckpointError, match="eyas did not make it"):
+        fix_checkpoint(clean_draft, dest, force=True)
+
+    assert folder_digest(dest) == before
+    assert _leftovers(dest) == []
+
+
+def test_force_does_not_follow_a_symlink_at_the_destination(tmp_path: Path, clean_draft: Path) -> None:
+    elsewhere = eyas_output(tmp_path / "elsewhere")
+    before = folder_digest(elsewhere)
+    (tmp_path / "out").symlink_to(elsewhere)
+
+    with pytest.raises(CheckpointError, match="not a folder"):
+        fix_checkpoint(clean_draft, tmp_path / "out", force=True)
+
+    assert folder_digest(elsewhere) == before
+    assert (tmp_path / "out").is_symlink()
 
 
 def test_destination_inside_source_is_refused(clean_draft: Path) -> None:
@@ -74,9 +113,7 @@ def test_destination_inside_source_is_refused(clean_draft: Path) -> None:
 def test_failure_midway_leaves_old_destination_and_no_leftovers(
     tmp_path: Path, speculators_draft: Path
 ) -> None:
-    dest = tmp_path / "out"
-    dest.mkdir()
-    (dest / "keep.txt").write_text("old")
+    dest = eyas_output(tmp_path / "out")
     source_before, dest_before = folder_digest(speculators_draft), folder_digest(dest)
     seen: list[str] = []
 
@@ -108,9 +145,7 @@ fix_checkpoint(Path(sys.argv[1]), Path(sys.argv[2]), force=True, on_progress=pau
 
 def test_killed_conversion_leaves_source_and_old_destination(tmp_path: Path, speculators_draft: Path) -> None:
     """SIGTERM/SIGKILL to a real converter process midway: nothing it was not building changes."""
-    dest = tmp_path / "out"
-    dest.mkdir()
-    (dest / "keep.txt").write_text("old")
+    dest = eyas_output(tmp_path / "out")
     source_before, dest_before = folder_digest(speculators_draft), folder_digest(dest)
     cancel, lines = threading.Event(), []
 

@@ -232,6 +232,8 @@ def test_the_readme_walkthrough_runs_as_written(checkout: Path) -> None:
     )
     try:
         _wait_until_up(env["EYAS_URL"], up, checkout / ".eyas" / "admin.token", up_log)
+        said = up_log.read_text()
+        assert f"roots: {checkout}, {checkout / '.eyas'}  (job paths must lie under these" in said, said
         script = checkout.parent / "walkthrough.sh"
         script.write_text(script_of(commands))
         ran = subprocess.run(

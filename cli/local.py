@@ -110,6 +110,8 @@ def up(
     typer.echo(
         f"  token: {token}\n  (also in {data_dir / 'admin.token'}; worker log: {data_dir / 'worker.log'})"
     )
+    listed = ", ".join(str(r) for r in roots)
+    typer.echo(f"  roots: {listed}  (job paths must lie under these; --allow-root sets them)")
     typer.echo(f"  try:   curl -H 'Authorization: Bearer {token}' {url}/v1/hosts")
     try:
         run_api(settings, host=host, port=port)

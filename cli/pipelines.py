@@ -14,7 +14,10 @@ from cli.client import EXIT_TIMEOUT, Api, exit_code_for, load_json_object, parse
 from cli.remote import DEFAULT_URL, JsonOpt, TokenOpt, UrlOpt, console
 
 pipeline = typer.Typer(
-    no_args_is_help=True, help="one request: extract → train → fix_keys → gpu_check → eval → benchmark"
+    no_args_is_help=True,
+    help="the whole journey in one request: generate → generate_held_out → extract → extract_held_out → "
+    "train → fix_keys → gpu_check → eval → serve_held_out → benchmark. generate runs when the spec starts "
+    "from prompts, the *_held_out steps when it has a held_out set (docs/pipelines.md).",
 )
 
 
@@ -22,14 +25,19 @@ pipeline = typer.Typer(
 def run(
     template: Annotated[str, typer.Argument(help="pipeline template (eagle3)")],
     file: Annotated[
-        Path, typer.Option("-f", "--file", help="JSON spec: target, data, workdir, host, steps…")
+        Path,
+        typer.Option(
+            "-f",
+            "--file",
+            help="JSON spec: target, data or generate, held_out, workdir, host, each step's params",
+        ),
     ],
     wait: Annotated[bool, typer.Option(help="wait for the end and exit with its outcome")] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a pipeline."""
+    """Start a pipeline. With --wait: exit 0 succeeded, 1 failed, 3 cancelled."""
     spec = {**load_json_object(file), "template": template}
     api = Api(url, token)
     created = api.json("POST", "/v1/pipelines", json=spec)
@@ -165,14 +173,21 @@ def _uuid(value: str) -> str:
     return parse_uuid(value, "pipeline")
 
 
+DEMO_FOLDER_HELP = (
+    "where to write the target, prompts/data and pipeline.json (default: DATA_DIR/demo, DATA_DIR being "
+    "EYAS_DATA_DIR or .eyas: inside the roots `eyas up` lets jobs use)"
+)
+
+
 def demo(
-    folder: Annotated[Path, typer.Argument(help="where to write the target, prompts/data and pipeline spec")],
+    folder: Annotated[Path | None, typer.Argument(help=DEMO_FOLDER_HELP, show_default=False)] = None,
     host: Annotated[str | None, typer.Option(help="host the pipeline runs on")] = None,
     target: Annotated[
         str,
         typer.Option(
-            help="tiny: a constructed toy target (seconds, plumbing only); smollm2: the real "
-            "SmolLM2-135M-Instruct built from its installed package (~1 min once, then cached)"
+            help="tiny: a constructed toy target (built in seconds, ~2 min pipeline; plumbing only); "
+            "smollm2: the real SmolLM2-135M-Instruct built from its installed package (~20 s once on quiet "
+            "cores, up to a minute on busy ones, then cached; ~10 min pipeline)"
         ),
     ] = "tiny",
     gguf: Annotated[
@@ -188,6 +203,10 @@ def demo(
     ] = False,
 ) -> None:
     """Write a local target, its data and a pipeline.json for them (CPU reference engine, or --gpu)."""
+    if folder is None:
+        from app.core.config import get_settings
+
+        folder = get_settings().data_dir / "demo"
     folder = folder.resolve()
     if gpu and target == "tiny":
         typer.echo("error: --gpu is the real target's GPU recipe: add --target smollm2", err=True)
@@ -203,17 +222,22 @@ def demo(
     if host:
         spec["host"] = host
     (folder / "pipeline.json").write_text(json.dumps(spec, indent=2))
+    roots = (
+        "its paths must lie under the worker host's allowed roots (eyas up allows its working directory "
+        "and data dir; --allow-root adds others; GET /v1/hosts lists each host's)"
+    )
     if gpu:
         typer.echo(
             f"wrote {wrote} and pipeline.json (the GPU recipe, docs/real-models.md) in {folder}\n"
-            f"run it on a GPU host with SGLang: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait"
+            f"run it on a GPU host with SGLang: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait\n"
+            f"({roots})"
         )
         return
     typer.echo(
         f"wrote {wrote} and pipeline.json in {folder}\n"
         f"run it: eyas pipeline run eagle3 -f {folder}/pipeline.json --wait\n"
-        "(its release gate asks for no speedup: the CPU reference engine is slower than plain decoding;"
-        " with SGLang on a GPU keep the default threshold 1.0)"
+        f"({roots}; its release gate requires no speedup: the CPU reference engine is slower than plain "
+        "decoding; with SGLang on a GPU keep the default threshold 1.0)"
     )
 
 

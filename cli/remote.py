@@ -144,27 +144,40 @@ def logs(
     tail: Annotated[int | None, typer.Option(help="only the last N lines")] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per line (seq, ts, stream, text), for scripts")
+    ] = False,
 ) -> None:
-    """Print a job's log; with -f follow it live and exit with the job's outcome."""
+    """Print a job's log; with -f follow it live and exit with the job's outcome (0 succeeded, 1 failed,
+    3 cancelled)."""
     api = Api(url, token)
     job_id = parse_uuid(job_id, "job")
+    show = _json_line if as_json else _text_line
     params: dict[str, Any] = {"tail": tail} if tail else {"limit": 5000}
     page = api.json("GET", f"/v1/jobs/{job_id}/logs", params=params)
     for line in page["lines"]:
-        typer.echo(line["text"])
+        show(line)
     cursor = page["next_cursor"]
     if not tail:
         while not page["complete"] and page["lines"]:
             page = api.json("GET", f"/v1/jobs/{job_id}/logs", params={"cursor": cursor, "limit": 5000})
             for line in page["lines"]:
-                typer.echo(line["text"])
+                show(line)
             cursor = page["next_cursor"]
     if follow:
-        state = _follow(api, job_id, cursor)
+        state = _follow(api, job_id, cursor, show)
         raise typer.Exit(exit_code_for(state))
 
 
-def _follow(api: Api, job_id: str, cursor: int) -> str:
+def _text_line(line: dict[str, Any]) -> None:
+    typer.echo(line["text"])
+
+
+def _json_line(line: dict[str, Any]) -> None:
+    typer.echo(json.dumps(line))
+
+
+def _follow(api: Api, job_id: str, cursor: int, show: Callable[[dict[str, Any]], None]) -> str:
     """SSE follow, resuming from the last seen id after a dropped connection."""
     while True:
         try:
@@ -183,7 +196,7 @@ def _follow(api: Api, job_id: str, cursor: int) -> str:
                         continue
                     if event.get("event") == "line":
                         line = json.loads(event["data"])
-                        typer.echo(line["text"])
+                        show(line)
                         cursor = line["seq"]
                     elif event.get("event") == "end":
                         return str(json.loads(event["data"])["state"])
@@ -213,7 +226,11 @@ def compare(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Two drafts' benchmarks of the same requests, paired by prompt: which accepts more, and how surely."""
+    """Two drafts' benchmarks of the same requests, paired by prompt: which accepts more, and how surely.
+
+    Exit 0 compared (and --require met), 1 --require not met (the configs are named), 2 bad ids, an unknown
+    benchmark or two that cannot be paired (409 NOT_COMPARABLE: they asked different requests), 5 API
+    unreachable or failing."""
     params = {"a": parse_uuid(a, "benchmark"), "b": parse_uuid(b, "benchmark")}
     body = Api(url, token).json("GET", "/v1/benchmarks/compare", params=params)
     if as_json:

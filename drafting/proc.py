@@ -311,9 +311,17 @@ def _create_time(pid: int) -> float:
         return 0.0
 
 
+# psutil's create_time on Linux is the process's start in ticks since boot plus /proc/stat's `btime`, which
+# the kernel derives from the wall clock and rounds to whole seconds: read twice it can differ by one second
+# (seen on a VM, where a watched process then looked ended). A reused pid belongs to a process that started
+# after the first one ended, so a tolerance just over that second still tells them apart.
+SAME_START_TOLERANCE_S = 1.5
+
+
 def _same_process(pid: int, expected_create_time: float) -> bool:
     try:
-        return abs(float(psutil.Process(pid).create_time()) - expected_create_time) < 0.01
+        actual = float(psutil.Process(pid).create_time())
+        return abs(actual - expected_create_time) < SAME_START_TOLERANCE_S
     except psutil.Error:
         return False
 

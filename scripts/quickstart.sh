@@ -29,7 +29,8 @@ echo "== the host, as its worker reports it"
 curl -sf "${auth[@]}" "$EYAS_URL/v1/hosts" | .venv/bin/python -c "
 import json, sys
 for h in json.load(sys.stdin):
-    print(f\"{h['name']}: online={h['online']} gpus={h['gpu_count']} {h['gpu_error'] or ''}\")"
+    print(f\"{h['name']}: online={h['online']} gpus={h['gpu_count']} {h['gpu_error'] or ''}\")
+    print(f\"  job paths must lie under: {', '.join(h['allowed_roots']) or 'nothing (every path is refused)'}\")"
 
 echo "== a pipeline on the $TARGET target, through the API (eyas pipeline run eagle3 --wait)"
 .venv/bin/eyas demo "$DEMO" --target "$TARGET"

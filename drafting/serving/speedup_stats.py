@@ -1,4 +1,9 @@
-"""Speedup statistics of a sweep: per-round ratios, their mean, and a Student-t confidence interval.
+"""Speedup statistics of a sweep: per-round ratios, their geometric mean, and a Student-t confidence interval.
+
+A speedup is a ratio, so the interval is computed on its logarithm and mapped back: mean and t interval of
+ln(speculative tok/s / baseline tok/s), exponentiated. Its bounds are then always positive (a t interval on
+the ratios themselves reached below zero on a few noisy rounds: a "negative speedup"), and a halving and a
+doubling are equally far from 1. The point estimate is the geometric mean, which always lies inside.
 
 Pure functions, no scipy: the t quantile is computed from the regularized incomplete beta function
 (Lentz's continued fraction, as in Numerical Recipes §6.4) and inverted by bisection, exact to ~1e-9.
@@ -82,10 +87,11 @@ def student_t_quantile(p: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class SpeedupInterval:
-    """Mean speedup over n paired rounds, its sample standard deviation, and a two-sided t interval."""
+    """Geometric-mean speedup over n paired rounds, the sample standard deviation of the rounds' log ratios,
+    and a two-sided t interval computed on the log ratios and exponentiated (so 0 < low <= mean <= high)."""
 
     mean: float
-    std: float
+    log_std: float
     n: int
     low: float
     high: float
@@ -94,7 +100,7 @@ class SpeedupInterval:
     def as_dict(self) -> dict[str, Any]:
         return {
             "mean": round(self.mean, 4),
-            "std": round(self.std, 4),
+            "log_std": round(self.log_std, 4),
             "n": self.n,
             "ci_low": round(self.low, 4),
             "ci_high": round(self.high, 4),
@@ -107,14 +113,20 @@ class SpeedupInterval:
 
 
 def speedup_interval(speedups: Sequence[float], confidence: float = CONFIDENCE) -> SpeedupInterval:
-    """Mean ± t(1 - α/2, n - 1) · s / √n over per-round speedups (n ≥ 2: one round has no spread)."""
+    """exp(m ± t(1 - α/2, n - 1) · s / √n), where m and s are the mean and sample standard deviation of the
+    per-round ln(speedup) (n ≥ 2: one round has no spread; every speedup must be positive)."""
     n = len(speedups)
     if n < 2:
         raise ValueError(f"a confidence interval needs at least 2 rounds, got {n}")
-    mean = math.fsum(speedups) / n
-    std = math.sqrt(math.fsum((s - mean) ** 2 for s in speedups) / (n - 1))
+    if any(not s > 0 for s in speedups):
+        raise ValueError(f"speedups are ratios of positive rates, got {list(speedups)}")
+    logs = [math.log(s) for s in speedups]
+    mean = math.fsum(logs) / n
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (n - 1))
     half_width = student_t_quantile(1.0 - (1.0 - confidence) / 2.0, n - 1) * std / math.sqrt(n)
-    return SpeedupInterval(mean, std, n, mean - half_width, mean + half_width, confidence)
+    return SpeedupInterval(
+        math.exp(mean), std, n, math.exp(mean - half_width), math.exp(mean + half_width), confidence
+    )
 
 
 def round_speedups(
@@ -125,5 +137,5 @@ def round_speedups(
     return [
         spec / base
         for base, spec in zip(baseline_tok_s, speculative_tok_s, strict=True)
-        if base and spec is not None and base > 0
+        if base and spec and base > 0 and spec > 0
     ]

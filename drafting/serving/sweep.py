@@ -4,7 +4,8 @@ Host drift (clocks, thermals, a noisy neighbour) must hit baseline and speculati
 baseline server stays up for the whole sweep beside one speculative server at a time, and each config is
 measured in `repeats` rounds of one baseline batch and one speculative batch (same prompts), the order
 alternating (B S, S B, B S, …) so neither side always runs first. A round's speedup is the ratio of its
-pair; the rows give the mean with a 95 % interval and the release gate judges the interval's lower bound.
+pair; the rows give the geometric mean with a 95 % interval on the log ratio (speedup_stats) and the
+release gate judges the interval's lower bound.
 Where two servers do not fit (or interleave is false) each server is measured alone, rounds back to back,
 and the result says `interleaved: false` and why.
 

@@ -12,6 +12,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import torch
+
 from app.benchmarks import service as benchmarks
 from app.core.config import Settings
 from app.core.db import session_scope
@@ -21,6 +23,10 @@ from app.logs.repository import insert_lines
 from app.models.job import Job, JobEvent
 from app.models.pipeline import Pipeline
 from app.servers import service as servers
+from contract.params.benchmark import SpecConfig
+from drafting.ml.objective import summarise
+from drafting.serving.speedup_stats import speedup_interval
+from drafting.serving.sweep_report import release_gate
 
 H200_MIB = 143771.0
 
@@ -77,26 +83,6 @@ def add_log(
         insert_lines(session, uuid.UUID(job_id), rows)
 
 
-def training_curves(steps: range, positions: int = 3) -> list[tuple[str, int, float]]:
-    """Loss falling and accuracy rising per TTT position, as the train stage reports them."""
-    rows: list[tuple[str, int, float]] = []
-    for step in steps:
-        loss = 6.0 * math.exp(-step / 60) + 1.2 + 0.08 * math.sin(step / 3)
-        rows.append(("train/loss", step, loss))
-        rows.append(("lr", step, 3e-4 * min(1.0, (step + 1) / 20)))
-        rows.append(("tokens_per_s", step, 41_000 + 900 * math.sin(step / 7)))
-        rows.append(("est_accept_len", step, 1.0 + 2.6 * (1 - math.exp(-step / 50))))
-        for k in range(positions):
-            rows.append((f"train/acc_{k}", step, (0.75 - 0.1 * k) * (1 - math.exp(-step / 50))))
-        if step % 25 == 24:
-            rows.append(("val/loss", step, loss + 0.15))
-            rows.append(("val/est_accept_len_d5", step, 1.0 + 2.4 * (1 - math.exp(-step / 50))))
-            rows.append(("held_out/est_accept_len_d5", step, 1.0 + 1.1 * (1 - math.exp(-step / 50))))
-            for k in range(positions):
-                rows.append((f"val/acc_{k}", step, (0.72 - 0.1 * k) * (1 - math.exp(-step / 50))))
-    return rows
-
-
 def add_metrics(settings: Settings, job_id: str, rows: list[tuple[str, int, float]]) -> None:
     with session_scope(settings) as session:
         record_metrics(session, job_id=uuid.UUID(job_id), rows=rows)
@@ -116,7 +102,9 @@ def h200(index: int, used_mib: float, util: float, processes: list[dict[str, Any
     }
 
 
-def report_gpu_host(settings: Settings, name: str, gpus: list[dict[str, Any]]) -> None:
+def report_gpu_host(
+    settings: Settings, name: str, gpus: list[dict[str, Any]], allowed_roots: tuple[str, ...] = ("/data",)
+) -> None:
     shm = {
         "path": "/dev/shm",
         "total_mib": 65536.0,
@@ -133,7 +121,7 @@ def report_gpu_host(settings: Settings, name: str, gpus: list[dict[str, Any]]) -
             gpus=gpus,
             gpu_error=None,
             shm=shm,
-            allowed_roots=["/data"],
+            allowed_roots=list(allowed_roots),
         )
 
 
@@ -248,3 +236,78 @@ def make_pipeline(settings: Settings, steps: list[tuple[str, str, dict[str, Any]
             )
         )
     return str(pipeline_id), job_ids
+
+
+def cpu_demo_sweep() -> dict[str, Any]:
+    """The CPU demo's sweep as the benchmark stage leaves it: one chain depth, the reference engine slower
+    than plain decoding, a threshold of 0; its speedup interval and gate computed by the stage's own code."""
+    rounds = [0.55, 0.71, 0.66]  # per-round speculative tok/s over the paired baseline batch's
+    interval = speedup_interval(rounds)
+    base_speed = 21.4
+    latency = {"ttft_p50_ms": 180.0, "ttft_p99_ms": 410.0, "itl_p50_ms": 46.0, "itl_p99_ms": 88.0}
+    baseline = {**sweep_rows()[0], "output_tok_s": base_speed, **latency}
+    chain = {
+        **sweep_rows()[1],
+        "config": "3,1,4",
+        "label": "3,1,4",
+        "depth": 3,
+        "steps": 3,
+        "draft_tokens": 4,
+        "accept_len": 1.13,
+        "output_tok_s": round(base_speed * interval.mean, 1),
+        "speedup": round(interval.mean, 4),
+        "speedup_n": interval.n,
+        "speedup_ci_low": round(interval.low, 4),
+        "speedup_ci_high": round(interval.high, 4),
+        "ttft_p50_ms": 310.0,
+        "ttft_p99_ms": 620.0,
+        "itl_p50_ms": 74.0,
+        "itl_p99_ms": 131.0,
+        "divergences": {"identical": 8, "near_tie": 0, "real_loss": 0, "unscored": 0},
+        "outputs_identical": True,
+    }
+    rows = [baseline, chain]
+    return {"mode": "sweep", "rows": rows, "gate": release_gate(rows, SpecConfig.chain(3), 0.0)}
+
+
+def trainer_metrics(
+    epochs: int = 3, steps_per_epoch: int = 40, ttt_steps: int = 7
+) -> list[tuple[str, int, float]]:
+    """What the train stage reports for a run with a split and a held-out validation set: every name comes
+    from the trainer's own summarise (drafting/ml/objective.py), per window (train/), per epoch (train_epoch/,
+    val/, held_out/ with simulated accept lengths), plus lr, grad norm, tokens/s and epoch."""
+    names = list(summarise(torch.ones(5, ttt_steps), [1.0] * ttt_steps))
+    rows: list[tuple[str, int, float]] = []
+
+    def values(prefix: str, step: int, quality: float) -> None:
+        learnt = 1 - math.exp(-step / 45)
+        for name in names:
+            position = int(name.rsplit("_", 1)[1]) if name[-1].isdigit() and "_d" not in name else 0
+            depth = int(name.rsplit("_d", 1)[1]) if "_d" in name else ttt_steps
+            if name.startswith("loss"):
+                value = ((6.0 + 0.3 * position) * math.exp(-step / 60) + 1.2 + 0.1 * position) * (2 - quality)
+            elif "acc" in name and "accept" not in name:
+                value = quality * (0.78 - 0.07 * position) * learnt
+            else:
+                value = 1.0 + quality * (1 - 0.8**depth) * 3.6 * learnt
+            rows.append((f"{prefix}/{name}", step, value))
+
+    for step in range(0, epochs * steps_per_epoch, 5):
+        values("train", step, 1.0)
+        rows.append(("train/lr", step, 1e-3 * min(1.0, (step + 1) / 20)))
+        rows.append(("train/grad_norm", step, 2.5 * math.exp(-step / 50) + 0.4))
+        rows.append(("train/tokens_per_s", step, 41_000 + 900 * math.sin(step / 7)))
+    for epoch in range(1, epochs + 1):
+        step = epoch * steps_per_epoch
+        rows.append(("epoch", step, float(epoch)))
+        for prefix, quality in (("train_epoch", 1.0), ("val", 0.93), ("held_out", 0.81)):
+            values(prefix, step, quality)
+        for prefix, quality in (("val", 0.9), ("held_out", 0.78)):
+            learnt = 1 - math.exp(-step / 45)
+            for depth in (3, 5, 7):
+                simulated = 1.0 + quality * (1 - 0.8**depth) * 3.0 * learnt
+                rows.append((f"{prefix}/sim_accept_len_d{depth}", step, simulated))
+            rows.append(
+                (f"{prefix}/sim_accept_len", step, 1.0 + quality * (1 - 0.8**ttt_steps) * 3.0 * learnt)
+            )
+    return rows

@@ -141,7 +141,7 @@ def running_pipeline(settings: Settings) -> tuple[str, list[str]]:
 def test_a_pipeline_is_watched_on_one_page_and_cancelled(dashboard: Dashboard, settings: Settings) -> None:
     pipeline, jobs = running_pipeline(settings)
     train = jobs[1]
-    data.add_metrics(settings, train, data.training_curves(range(0, 186)))
+    data.add_metrics(settings, train, data.trainer_metrics())
     data.add_log(
         settings, train, [f"epoch 2 step {s} loss {1.9 - s / 400:.3f} tau 3.1" for s in range(150, 186)]
     )

@@ -223,14 +223,21 @@ def test_gate_refuses_a_mean_above_the_threshold_whose_lower_bound_is_not() -> N
     assert at_threshold["deployable"] is False, "a lower bound equal to the threshold is not above it"
 
 
-def test_a_threshold_of_zero_asks_for_no_speedup_even_when_few_rounds_reach_below_zero() -> None:
-    gate = release_gate([row(None, 1.0), row("5,1,6", 0.5, -0.3)], None, 0.0)
-    assert gate["deployable"] is True
+def test_a_threshold_of_zero_requires_no_speedup_and_the_verdict_says_so() -> None:
+    gate = release_gate([row(None, 1.0), row("5,1,6", 0.64, 0.5)], None, 0.0)
+    assert gate["deployable"] is True, "outputs passed: the pipeline goes on"
+    assert gate["speedup_required"] is False
     assert gate["verdict"] == (
-        "deployable at 5,1,6: no speedup asked for (threshold 0.0); speedup mean 0.5, 95 % CI -0.3–1.3, n 5"
+        "no speedup required at 5,1,6: threshold 0.0; measured speedup mean 0.64, 95 % CI 0.5–0.78, n 5 "
+        "(slower than the baseline)"
     )
+    assert "deployable" not in gate["verdict"], "a slowdown is never called deployable"
     mismatch = release_gate([row(None, 1.0), row("5,1,6", 0.5, 0.4, outputs_match=False)], None, 0.0)
     assert mismatch["deployable"] is False, "outputs are still judged"
+    assert mismatch["verdict"].startswith("not deployable: ")
+    required = release_gate([row(None, 1.0), row("5,1,6", 1.5, 1.3)], None, 1.0)
+    assert required["speedup_required"] is True
+    assert required["verdict"].startswith("deployable at 5,1,6: ")
 
 
 def test_gate_judges_the_chosen_config_not_the_best() -> None:

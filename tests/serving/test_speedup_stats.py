@@ -1,8 +1,9 @@
-"""The sweep's statistics against published values: Student's t quantiles, intervals, per-round ratios."""
+"""The sweep's statistics against published values: t quantiles, log-ratio intervals, per-round ratios."""
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -65,39 +66,82 @@ def test_incomplete_beta_known_values() -> None:
     assert regularized_incomplete_beta(2, 3, 1.0) == 1.0
 
 
-def test_interval_of_five_rounds() -> None:
-    # mean 1.15, s = √(0.05 / 4) = 0.111803, half width = 2.776445 · s / √5 = 0.138822
-    interval = speedup_interval([1.1, 1.2, 1.3, 1.0, 1.15])
+def _log_interval(speedups: list[float], t: float) -> tuple[float, float, float, float]:
+    """The interval by hand: mean and sample standard deviation of ln(speedup), exp(m ± t · s / √n)."""
+    logs = [math.log(s) for s in speedups]
+    m = sum(logs) / len(logs)
+    s = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
+    half = t * s / math.sqrt(len(logs))
+    return math.exp(m), s, math.exp(m - half), math.exp(m + half)
+
+
+def test_interval_of_five_rounds_is_computed_on_the_log_ratio() -> None:
+    speedups = [1.1, 1.2, 1.3, 1.0, 1.15]
+    mean, log_std, low, high = _log_interval(speedups, T_975[4])
+    interval = speedup_interval(speedups)
     assert interval.n == 5
-    assert interval.mean == pytest.approx(1.15)
-    assert interval.std == pytest.approx(0.111803, abs=1e-6)
-    assert interval.low == pytest.approx(1.011178, abs=1e-6)
-    assert interval.high == pytest.approx(1.288822, abs=1e-6)
+    assert interval.mean == pytest.approx(mean, rel=1e-6)
+    assert interval.mean == pytest.approx(math.prod(speedups) ** (1 / 5)), "the geometric mean"
+    assert interval.log_std == pytest.approx(log_std, rel=1e-6)
+    assert interval.low == pytest.approx(low, rel=1e-5)
+    assert interval.high == pytest.approx(high, rel=1e-5)
+    assert interval.low * interval.high == pytest.approx(interval.mean**2), "symmetric in the log"
     assert interval.as_dict() == {
-        "mean": 1.15,
-        "std": 0.1118,
+        "mean": round(interval.mean, 4),
+        "log_std": round(interval.log_std, 4),
         "n": 5,
-        "ci_low": 1.0112,
-        "ci_high": 1.2888,
+        "ci_low": round(interval.low, 4),
+        "ci_high": round(interval.high, 4),
         "confidence": 0.95,
     }
-    assert interval.describe() == "1.150× (95 % CI 1.011–1.289, n 5)"
+    assert interval.describe() == f"{mean:.3f}× (95 % CI {low:.3f}–{high:.3f}, n 5)"
+
+
+def test_a_noisy_slowdown_never_gets_a_negative_bound() -> None:
+    # Two rounds of a CPU demo that runs slower than plain decoding: a t interval on the ratios themselves
+    # is 0.64 ± 12.7 · 0.34 / √2 = [-2.41, 3.69]; on the log ratio it stays positive.
+    speedups = [0.4, 0.88]
+    arithmetic = sum(speedups) / 2
+    arithmetic_low = arithmetic - T_975[1] * statistics.stdev(speedups) / math.sqrt(2)
+    assert arithmetic_low < 0, "the interval the old computation gave"
+    interval = speedup_interval(speedups)
+    assert 0 < interval.low < interval.mean < interval.high
+    assert interval.mean == pytest.approx(math.sqrt(0.4 * 0.88))
+
+
+def test_a_halving_and_a_doubling_are_equally_far_from_one() -> None:
+    interval = speedup_interval([0.5, 2.0])
+    assert interval.mean == pytest.approx(1.0)
+    assert interval.low == pytest.approx(1 / interval.high)
 
 
 def test_two_rounds_give_a_wide_interval_and_one_gives_none() -> None:
-    interval = speedup_interval([1.2, 1.4])  # s = 0.141421, t(0.975, 1) = 12.7062
-    assert interval.low == pytest.approx(1.3 - 12.7062 * 0.141421 / math.sqrt(2), abs=1e-3)
-    assert interval.low < 0.1 < 1.3 < interval.high
+    interval = speedup_interval([1.2, 1.4])  # t(0.975, 1) = 12.7062
+    _, _, low, high = _log_interval([1.2, 1.4], T_975[1])
+    assert interval.low == pytest.approx(low, rel=1e-4)
+    assert interval.high == pytest.approx(high, rel=1e-4)
+    assert 0 < interval.low < 0.5 < 1.3 < 3.0 < interval.high
     with pytest.raises(ValueError, match="at least 2 rounds"):
         speedup_interval([1.2])
 
 
+def test_a_ratio_that_is_not_positive_is_refused() -> None:
+    with pytest.raises(ValueError, match="ratios of positive rates"):
+        speedup_interval([1.2, 0.0])
+
+
 def test_identical_rounds_have_a_zero_width_interval() -> None:
     interval = speedup_interval([1.25, 1.25, 1.25])
-    assert (interval.low, interval.mean, interval.high, interval.std) == (1.25, 1.25, 1.25, 0.0)
+    assert (interval.low, interval.high, interval.log_std) == (
+        pytest.approx(1.25),
+        pytest.approx(1.25),
+        pytest.approx(0.0, abs=1e-12),
+    )
+    assert interval.mean == pytest.approx(1.25)
 
 
 def test_round_speedups_pair_by_round_and_skip_rounds_that_measured_nothing() -> None:
     assert round_speedups([100.0, 200.0, None, 0.0, 50.0], [150.0, 200.0, 90.0, 80.0, None]) == [1.5, 1.0]
+    assert round_speedups([100.0, 100.0], [0.0, 120.0]) == [1.2], "a batch that produced nothing is left out"
     with pytest.raises(ValueError, match="zip"):
         round_speedups([100.0], [150.0, 160.0])

@@ -136,6 +136,18 @@ def test_terminate_group_refuses_a_reused_pid() -> None:
     assert not proc.group_alive(popen.pid)
 
 
+def test_a_start_time_read_across_a_boot_time_rounding_is_the_same_process() -> None:
+    popen = proc.spawn(py("import time; time.sleep(30)"))
+    try:
+        started = psutil.Process(popen.pid).create_time()
+        # /proc/stat's btime is whole seconds derived from the wall clock: a later read may add one
+        assert proc.process_alive(popen.pid, started + 1.0)
+        assert proc.process_alive(popen.pid, started - 1.0)
+        assert not proc.process_alive(popen.pid, started + 5.0), "a start 5 s off is another process"
+    finally:
+        assert proc.terminate_group(popen.pid, grace_s=1, popen=popen)
+
+
 def test_missing_program_and_bad_argv() -> None:
     _, sink = collect()
     with pytest.raises(proc.CommandNotFound, match="no-such-program"):

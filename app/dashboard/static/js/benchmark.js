@@ -5,40 +5,67 @@ import { getOptional } from "./api.js";
 import { DepthChart } from "./charts.js";
 import { h, num, replace, table } from "./dom.js";
 
+const missing = (value) => value === null || value === undefined;
+
 // A row is named by its config ("steps,topk,draft_tokens": a tree and a chain of the same steps differ);
 // results from before configs existed name only a depth.
 export const configLabel = (row) => (row.depth === null && !row.config ? "baseline" : row.config || String(row.depth));
 
 // The benchmark stage's result (also stored as a benchmark's summary): {rows, gate: {deployable,
-// chosen_config, chosen_depth, speedup, reasons, verdict}}; a flat {rows, reasons} with `deployable` beside
-// it is read too.
+// speedup_required, chosen_config, chosen_depth, speedup, reasons, verdict}}; a flat {rows, reasons} with
+// `deployable` beside it is read too.
 export function readSweep(summary, deployable) {
   const gate = summary?.gate || {};
+  const threshold = gate.threshold ?? null;
   return {
     rows: summary?.rows || [],
     reasons: gate.reasons || summary?.reasons || [],
     deployable: gate.deployable ?? deployable ?? null,
+    // a threshold of 0 asks for no speedup (the CPU demos): passing it says nothing about speed
+    speedupRequired: gate.speedup_required ?? (threshold === null ? null : threshold > 0),
+    threshold,
+    verdict: gate.verdict || null,
     chosenDepth: gate.chosen_depth ?? null,
     chosenConfig: gate.chosen_config ?? null,
   };
 }
 
-export function verdictBadge(deployable) {
+// Green only for a sweep that was asked for a speedup and showed one; a sweep that required none and
+// whose outputs passed is grey, however slow it measured.
+export function verdictBadge(sweep) {
+  const { deployable, speedupRequired } = sweep;
+  if (deployable === true && speedupRequired === false) {
+    return h("span", { class: "badge verdict-neutral", title: "the gate judged outputs only (threshold 0)" }, "no speedup required");
+  }
   const label = deployable === true ? "deployable" : deployable === false ? "not deployable" : "no verdict";
   const state = deployable === true ? "state-succeeded" : deployable === false ? "state-failed" : "";
   return h("span", { class: `badge ${state}` }, label);
 }
 
+// What the chosen row measured, in words: the mean speedup, its interval, and whether it was slower.
+export function speedText(row) {
+  if (!row || missing(row.speedup)) return null;
+  const interval = missing(row.speedup_ci_low) ? "" : ` (95 % interval ${num(row.speedup_ci_low, 2)}–${num(row.speedup_ci_high, 2)})`;
+  const slower = !missing(row.speedup_ci_high) && row.speedup_ci_high < 1 ? ": slower than without speculation" : "";
+  return `measured ${num(row.speedup, 2)}×${interval}${slower}`;
+}
+
 function verdict(sweep) {
+  const top = sweep.rows.find((row) => (row.config || row.depth !== null) && chosen(row, sweep));
+  const label = sweep.chosenConfig !== null ? `chosen config ${sweep.chosenConfig}`
+    : sweep.chosenDepth !== null ? `chosen depth ${sweep.chosenDepth}` : null;
+  const neutral = sweep.deployable === true && sweep.speedupRequired === false;
   return h("div", { class: "verdict", id: "verdict" },
-    verdictBadge(sweep.deployable),
-    sweep.chosenConfig !== null ? h("span", { class: "muted" }, `chosen config ${sweep.chosenConfig}`)
-      : sweep.chosenDepth !== null ? h("span", { class: "muted" }, `chosen depth ${sweep.chosenDepth}`) : null,
-    sweep.reasons.length ? h("ul", { class: "reasons" }, sweep.reasons.map((reason) => h("li", null, reason))) : null);
+    verdictBadge(sweep),
+    h("div", { class: "verdict-text" },
+      label ? h("span", { class: "muted" }, label) : null,
+      neutral ? h("p", { class: "verdict-note" },
+        `This sweep asked for no speedup (threshold ${sweep.threshold ?? 0}): its gate judged outputs only.`,
+        top && speedText(top) ? ` It ${speedText(top)}.` : "") : null,
+      sweep.reasons.length ? h("ul", { class: "reasons" }, sweep.reasons.map((reason) => h("li", null, reason))) : null));
 }
 
 const ms = (value) => num(value, 1);
-const missing = (value) => value === null || value === undefined;
 
 // The mean speedup and, where the sweep measured one, its 95 % interval (the gate judges the lower bound).
 function speedup(row) {
@@ -93,6 +120,36 @@ function benchmarkTable(rows, sweep) {
   );
 }
 
+function speedBar(label, value, top, kind) {
+  const width = top > 0 && !missing(value) ? `${Math.max(2, (100 * value) / top)}%` : "0";
+  return h("div", { class: `figure-bar figure-bar-${kind}` },
+    h("span", { class: "figure-bar-label" }, label),
+    h("span", { class: "figure-bar-track" }, h("span", { class: "figure-bar-fill", style: { width } })),
+    h("span", { class: "figure-bar-value" }, missing(value) ? "—" : `${num(value, 1)} tok/s`));
+}
+
+function figureCard(row, baseline, sweep) {
+  const top = Math.max(row.output_tok_s ?? 0, baseline?.output_tok_s ?? 0);
+  const speed = missing(row.speedup) ? "—" : `${num(row.speedup, 2)}×`;
+  const interval = missing(row.speedup_ci_low) ? "" : `95 % interval ${num(row.speedup_ci_low, 2)}–${num(row.speedup_ci_high, 2)}`;
+  const slower = !missing(row.speedup_ci_high) && row.speedup_ci_high < 1;
+  return h("div", { class: `figure-card${chosen(row, sweep) ? " figure-chosen" : ""}`, dataset: { config: configLabel(row) } },
+    h("div", { class: "figure-head" }, h("b", null, `depth ${row.depth}`), h("span", { class: "mono muted" }, configLabel(row))),
+    h("div", { class: "figure-numbers" },
+      h("div", { class: "figure" }, h("span", { class: "figure-value" }, num(row.accept_len, 2)),
+        h("span", { class: "figure-label" }, "accept length (tokens per verify step)")),
+      h("div", { class: "figure" }, h("span", { class: `figure-value${slower ? " figure-slower" : ""}` }, speed),
+        h("span", { class: "figure-label" }, [slower ? "slower than the baseline" : "speedup", interval ? ` · ${interval}` : ""]))),
+    speedBar("speculative", row.output_tok_s, top, "spec"),
+    speedBar("baseline", baseline?.output_tok_s, top, "base"));
+}
+
+function figureCards(sweep) {
+  const baseline = sweep.rows.find((row) => row.depth === null && !row.config);
+  const rows = sweep.rows.filter((row) => (row.config || row.depth !== null) && !row.rejected).sort(byConfig);
+  return h("div", { class: "figures", id: "benchmark-figures" }, rows.map((row) => figureCard(row, baseline, sweep)));
+}
+
 export class BenchmarkView {
   constructor(container, jobId) {
     this.jobId = jobId;
@@ -116,13 +173,21 @@ export class BenchmarkView {
     if (!sweep || !sweep.rows.length || key === this.shown) return;
     this.shown = key;
     this.charts.forEach((chart) => chart.destroy());
+    this.charts = [];
+    // By depth means chains: a tree of the same steps would share its x (it is in the table).
+    const chains = sweep.rows.filter((row) => (row.topk ?? 1) === 1);
+    const measured = chains.filter((row) => row.depth !== null && !missing(row.accept_len));
+    if (measured.length < 2) {
+      // A line through one point says nothing: one card per config, its figures against the baseline's.
+      replace(this.body, verdict(sweep), figureCards(sweep), benchmarkTable(sweep.rows, sweep));
+      this.root.hidden = false;
+      return;
+    }
     const grid = h("div", { class: "chart-grid" });
     replace(this.body, verdict(sweep), grid, benchmarkTable(sweep.rows, sweep));
     this.root.hidden = false;
     const accept = new DepthChart(grid, { title: "Acceptance length by depth", yLabel: "tokens / verify step", seriesLabel: "accept len" });
     const speed = new DepthChart(grid, { title: "Output tokens/s by depth", yLabel: "tok/s", seriesLabel: "output tok/s" });
-    // By depth means chains: a tree of the same steps would share its x (it is in the table).
-    const chains = sweep.rows.filter((row) => (row.topk ?? 1) === 1);
     accept.update(chains.map((row) => ({ depth: row.depth, value: row.accept_len ?? null })));
     speed.update(chains.map((row) => ({ depth: row.depth, value: row.output_tok_s ?? null })));
     this.charts = [accept, speed];

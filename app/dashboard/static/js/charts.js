@@ -32,15 +32,32 @@ function axis(label, { values = true } = {}) {
 // train/acc_2, val/acc_2 and held_out/acc_2 share a colour (position 2), the split's validation dashed and
 // the held-out set's dotted; a chart of one kind of series (train/loss, val/loss) gives each its own colour.
 const DASHES = { "val/": [5, 4], "held_out/": [2, 3] };
+const SPLIT_LINE = { train: "solid", val: "dashed", held_out: "dotted" };
+const SPLIT_ORDER = ["train", "train_epoch", "val", "eval", "held_out"];
+const keyOf = (name) => name.replace(/^(train_epoch|train|val|eval|held_out)\//, "");
+const splitOf = (name) => name.match(/^(train_epoch|train|val|eval|held_out)\//)?.[1] || "train";
 function seriesStyles(names) {
-  const keyOf = (name) => name.replace(/^(train_epoch|train|val|eval|held_out)\//, "");
-  const keys = [...new Set(names.map(keyOf))];
+  const keys = [...new Set(names.map(keyOf))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
   const byKey = keys.length > 1;
   const dashOf = (name) => Object.entries(DASHES).find(([prefix]) => name.startsWith(prefix))?.[1];
   return names.map((name, i) => ({
     stroke: PALETTE[(byKey ? keys.indexOf(keyOf(name)) : i) % PALETTE.length],
     dash: byKey ? dashOf(name) : undefined,
   }));
+}
+
+// Instead of one legend entry per series (30 of them outgrow the plot): one swatch per colour (the metric:
+// a TTT position, a depth) and one line sample per line style (the split).
+function compactKey(names, styles) {
+  const colours = new Map();
+  names.forEach((name, i) => colours.set(keyOf(name), styles[i].stroke));
+  const keys = [...colours.keys()].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+  const splits = SPLIT_ORDER.filter((split) => names.some((name) => splitOf(name) === split));
+  return h("div", { class: "chart-key" },
+    h("span", { class: "chart-key-group" }, keys.map((key) => h("span", { class: "chart-key-item", dataset: { key } },
+      h("span", { class: "chart-key-swatch", style: { background: colours.get(key) } }), key))),
+    h("span", { class: "chart-key-group" }, splits.map((split) => h("span", { class: "chart-key-item", dataset: { split } },
+      h("span", { class: "chart-key-line", style: { borderTopStyle: SPLIT_LINE[split] || "solid" } }), split))));
 }
 
 function lastValueIndex(column) {
@@ -88,11 +105,12 @@ function alignByStep(seriesByName) {
 }
 
 export class StepChart {
-  constructor(container, { title, yLabel }) {
+  constructor(container, { title, yLabel, compactKey: compact = false }) {
     this.box = h("div", { class: "chart" });
     container.append(this.box);
     this.title = title;
     this.yLabel = yLabel;
+    this.compact = compact;
     this.names = "";
     this.plot = null;
     this.observer = followWidth(this.box, () => this.plot);
@@ -107,7 +125,9 @@ export class StepChart {
       return;
     }
     this.plot?.destroy();
+    this.key?.remove();
     this.names = key;
+    this.box.dataset.series = String(names.length);
     const sparse = (i) => data[i + 1].filter((v) => v !== null).length < 60;
     const styles = seriesStyles(names);
     const series = names.map((name, i) => ({
@@ -127,8 +147,11 @@ export class StepChart {
       series: [{ label: "step" }, ...series],
       cursor: cursorOptions(),
       hooks: hooks(),
+      legend: { show: !this.compact },
     };
     this.plot = new uPlot(options, data, this.box);
+    this.key = this.compact ? compactKey(names, styles) : null;
+    if (this.key) this.box.append(this.key);
   }
 
   destroy() {

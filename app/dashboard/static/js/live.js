@@ -13,17 +13,23 @@ function setLive(ok, detail) {
   dot.title = detail || "";
 }
 
-// Call `tick` now and then every `intervalMs` after the previous call finished; stop() ends it.
+// Call `tick` now and then every `intervalMs` after the previous call finished; stop() ends it. `tick`
+// gets stop too: a page whose subject is gone (a 404) stops asking, and the API that answered is not offline.
 export function poll(tick, intervalMs = POLL_MS) {
   let stopped = false;
   let timer = null;
+  const stop = () => {
+    stopped = true;
+    if (timer !== null) clearTimeout(timer);
+    document.removeEventListener("visibilitychange", wake);
+  };
 
   async function run() {
     timer = null;
     if (stopped) return;
     if (!document.hidden) {
       try {
-        await tick();
+        await tick(stop);
         setLive(true);
       } catch (error) {
         if (!(error instanceof ApiError && error.status === 401)) setLive(false, error.message);
@@ -33,17 +39,13 @@ export function poll(tick, intervalMs = POLL_MS) {
     if (!stopped) timer = setTimeout(run, intervalMs);
   }
 
-  const wake = () => {
+  function wake() {
     if (!document.hidden && timer !== null) {
       clearTimeout(timer);
       run();
     }
-  };
+  }
   document.addEventListener("visibilitychange", wake);
   run();
-  return () => {
-    stopped = true;
-    if (timer !== null) clearTimeout(timer);
-    document.removeEventListener("visibilitychange", wake);
-  };
+  return stop;
 }

@@ -1,32 +1,65 @@
-// A job's metrics by step: every *loss* series on one chart, every *acc_* (accuracy per TTT position) on
-// another, every est_accept_len* and sim_accept_len* (by depth, split and held-out) on a third, each other metric (lr,
-// tokens_per_s…) on its own; fetched incrementally.
+// A job's metrics by step, drawn so that a training run's ~80 series read at a glance: a few headline figures;
+// the loss per split; accuracy by TTT position (colour = position, line style = split, one compact key); the
+// accept length by depth (simulated where validation measured it, else estimated); lr, tokens/s and the
+// like on small charts of their own; and every metric's newest value in a folded table (metric × split).
+// Fetched incrementally.
 
 import { getJson } from "./api.js";
 import { formatValue, StepChart } from "./charts.js";
 import { h, replace } from "./dom.js";
 
 const PAGE = 5000;
-const MAX_OTHER_CHARTS = 6;
+const MAX_OTHER_CHARTS = 4;
+const SPLITS = ["train", "train_epoch", "val", "held_out", "eval"];
+// per TTT position and epoch summaries: in the table, not on a chart of their own
+const TABLE_ONLY = /^(loss_\d+|acc_\d+|full_acc_\d+|cond_acc_\d+|epoch|est_accept_len(_d\d+)?|sim_accept_len(_d\d+)?)$/;
 
-function groupOf(name) {
-  if (name.includes("loss")) return "loss";
-  if (/acc_\d+/.test(name)) return "acc";
-  // one chart for every acceptance estimate: each depth, per position and simulated, split and held-out
-  if (name.includes("est_accept_len") || name.includes("sim_accept_len")) return "est_accept_len";
+export function splitOf(name) {
+  const slash = name.indexOf("/");
+  const split = slash > 0 ? name.slice(0, slash) : "";
+  return SPLITS.includes(split) ? { split, key: name.slice(slash + 1) } : { split: "", key: name };
+}
+
+// Which chart a series goes on, or null for the table alone. train_epoch/ repeats train's figures once an
+// epoch: the table keeps it, the charts do not.
+function chartOf(name, simulated) {
+  const { split, key } = splitOf(name);
+  if (split === "train_epoch" || split === "eval") return null;
+  if (key === "loss") return "loss";
+  if (/^acc_\d+$/.test(key)) return "acc";
+  if (/^sim_accept_len_d\d+$/.test(key)) return "accept";
+  // a split whose validation simulated serving shows that, its per-position estimate stays in the table;
+  // training shows its running estimate at the unroll (the log's "tau"), its per-depth ones in the table
+  if (key === "est_accept_len") return simulated.has(split) ? null : "accept";
+  if (/^est_accept_len_d\d+$/.test(key)) return simulated.has(split) || split === "train" ? null : "accept";
+  if (TABLE_ONLY.test(key) || (split !== "" && split !== "train")) return null;
   return name;
 }
+
+const CHARTS = {
+  loss: { title: "Loss", yLabel: "loss" },
+  acc: { title: "Accuracy by TTT position", yLabel: "accuracy", compactKey: true },
+  accept: { title: "Accept length by depth (simulated serving, else estimated)", yLabel: "tokens / step", compactKey: true },
+};
+
+// The figures worth a glance, newest value each, in this order (those the run reported).
+const HEADLINE = [
+  /^(train\/)?loss$/, /^val\/loss$/, /^held_out\/loss$/,
+  /^held_out\/sim_accept_len_d\d+$/, /^val\/sim_accept_len_d\d+$/, /^(train\/)?est_accept_len$/,
+  /^epoch$/, /^(train\/)?lr$/, /^(train\/)?tokens_per_s$/,
+];
 
 export class MetricsView {
   constructor(container, jobId) {
     this.jobId = jobId;
     this.series = new Map(); // name -> Map(step -> value)
     this.maxStep = null;
-    this.charts = new Map(); // group -> StepChart
+    this.charts = new Map(); // chart -> StepChart
     this.latest = h("div", { class: "metric-latest", id: "metric-latest" });
     this.grid = h("div", { class: "chart-grid", id: "charts" });
+    this.table = h("details", { class: "metric-table", id: "metric-table" });
     this.root = h("section", { class: "panel", id: "metrics", hidden: true },
-      h("h2", { class: "panel-title" }, "Metrics"), this.latest, this.grid);
+      h("h2", { class: "panel-title" }, "Metrics"), this.latest, this.grid, this.table);
     container.append(this.root);
   }
 
@@ -53,34 +86,72 @@ export class MetricsView {
   async refresh() {
     if ((await this.fetchNew()) === 0) return;
     this.root.hidden = false;
+    const simulated = new Set([...this.series.keys()].filter((n) => /sim_accept_len_d\d+$/.test(n)).map((n) => splitOf(n).split));
     const groups = new Map();
     for (const [name, points] of this.series) {
-      const group = groupOf(name);
-      if (!groups.has(group)) groups.set(group, new Map());
-      groups.get(group).set(name, [...points.entries()].sort((a, b) => a[0] - b[0]));
+      const chart = chartOf(name, simulated);
+      if (chart === null) continue;
+      if (!groups.has(chart)) groups.set(chart, new Map());
+      groups.get(chart).set(name, [...points.entries()].sort((a, b) => a[0] - b[0]));
     }
-    const order = [...groups.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
-    for (const group of order.slice(0, 2 + MAX_OTHER_CHARTS)) this.chartFor(group).update(groups.get(group));
+    const fixed = ["loss", "acc", "accept"].filter((chart) => groups.has(chart));
+    const others = [...groups.keys()].filter((chart) => !CHARTS[chart]).sort().slice(0, MAX_OTHER_CHARTS);
+    for (const chart of [...fixed, ...others]) this.chartFor(chart).update(groups.get(chart));
     this.renderLatest();
+    this.renderTable();
   }
 
-  chartFor(group) {
-    if (!this.charts.has(group)) {
-      const title = group === "loss" ? "Loss" : group === "acc" ? "Accuracy by TTT position" : group;
-      const yLabel = group === "acc" ? "accuracy" : group === "loss" ? "loss" : "";
-      this.charts.set(group, new StepChart(this.grid, { title, yLabel }));
+  chartFor(chart) {
+    if (!this.charts.has(chart)) {
+      const spec = CHARTS[chart] || { title: chart, yLabel: "" };
+      this.charts.set(chart, new StepChart(this.grid, spec));
     }
-    return this.charts.get(group);
+    return this.charts.get(chart);
+  }
+
+  newest(name) {
+    const points = this.series.get(name);
+    let step = -Infinity;
+    for (const key of points.keys()) step = Math.max(step, key);
+    return { step, value: points.get(step) };
   }
 
   renderLatest() {
-    const items = [...this.series.keys()].sort().map((name) => {
-      const points = this.series.get(name);
-      let step = -Infinity;
-      for (const key of points.keys()) step = Math.max(step, key);
-      return h("span", { class: "metric-chip", title: `step ${step}` }, h("b", null, name), " ", formatValue(points.get(step)));
-    });
-    replace(this.latest, items);
+    const names = [...this.series.keys()].sort();
+    const chosen = HEADLINE.flatMap((pattern) => names.filter((name) => pattern.test(name)));
+    replace(this.latest, [...new Set(chosen)].map((name) => {
+      const { step, value } = this.newest(name);
+      return h("span", { class: "metric-chip", title: `step ${step}` }, h("b", null, name), " ", formatValue(value));
+    }));
+  }
+
+  // Every metric's newest value: one row per metric, one column per split that reported it ("run" for a
+// name without a split, such as epoch).
+  renderTable() {
+    const byKey = new Map();
+    const splits = new Set();
+    for (const name of this.series.keys()) {
+      const { split, key } = splitOf(name);
+      splits.add(split);
+      if (!byKey.has(key)) byKey.set(key, new Map());
+      byKey.get(key).set(split, name);
+    }
+    const columns = ["", ...SPLITS].filter((split) => splits.has(split));
+    const open = this.table.open;
+    const rows = [...byKey.keys()].sort(naturally).map((key) => h("tr", null,
+      h("td", { class: "mono" }, key),
+      columns.map((split) => {
+        const name = byKey.get(key).get(split);
+        if (!name) return h("td", { class: "muted" }, "");
+        const { step, value } = this.newest(name);
+        return h("td", { class: "num", title: `${name} at step ${step}` }, formatValue(value));
+      })));
+    replace(this.table,
+      h("summary", null, `All ${this.series.size} metrics: newest values by split`),
+      h("table", { class: "table metric-values" },
+        h("thead", null, h("tr", null, h("th", null, "metric"), columns.map((split) => h("th", null, split || "run")))),
+        h("tbody", null, rows)));
+    this.table.open = open;
   }
 
   destroy() {
@@ -88,6 +159,7 @@ export class MetricsView {
   }
 }
 
-function rank(group) {
-  return group === "loss" ? 0 : group === "acc" ? 1 : 2;
+// acc_2 before acc_10
+function naturally(a, b) {
+  return a.localeCompare(b, undefined, { numeric: true });
 }

@@ -1,5 +1,5 @@
-// Hosts and their GPUs: memory and utilisation bars, power and temperature, the processes on each GPU and
-// which job leases it; /dev/shm free space and stale segments.
+// Hosts: the roots job paths must lie under, and their GPUs: memory and utilisation bars, power and
+// temperature, the processes on each GPU and which job leases it; /dev/shm free space and stale segments.
 
 import { getJson } from "../api.js";
 import { ago, h, jobLink, meter, mib, notice, num, replace, timeTitle } from "../dom.js";
@@ -38,6 +38,19 @@ function shmLine(shm) {
     meter(used, shm.total_mib, `${mib(used)} / ${mib(shm.total_mib)} used`), stale);
 }
 
+// Every path a job names (target, data, workdir, draft) must lie under one of these on the worker's host, or
+// the job is refused with PATH_NOT_ALLOWED: the first thing a new pipeline runs into.
+function rootsLine(host) {
+  const roots = host.allowed_roots || [];
+  if (!roots.length) {
+    return notice("No allowed roots: every job that names a path is refused here. Start the worker with EYAS_ALLOWED_ROOTS (eyas up: --allow-root).", "warn");
+  }
+  return h("div", { class: "roots", dataset: { roots: roots.length } },
+    h("span", { class: "muted", title: "paths in a job's params must lie under one of these (symlinks resolved)" }, "allowed roots "),
+    roots.map((root) => h("code", { class: "root" }, root)),
+    h("span", { class: "muted" }, " · job paths must lie under one of them"));
+}
+
 function hostCard(host) {
   const leases = new Map((host.leases || []).map((lease) => [lease.gpu_index, lease]));
   const gpus = host.gpus || [];
@@ -47,6 +60,7 @@ function hostCard(host) {
       h("h2", { class: "panel-title" }, host.name),
       h("span", { class: "muted", title: timeTitle(host.heartbeat_at) }, `${host.online ? "online" : "offline"} · heartbeat ${ago(host.heartbeat_at)}`),
       h("span", { class: "muted" }, ` · ${host.gpu_count} GPU${host.gpu_count === 1 ? "" : "s"} · ${leases.size} leased`)),
+    rootsLine(host),
     host.gpu_error ? notice(`GPUs: ${host.gpu_error}`, "warn") : null,
     gpus.length
       ? h("table", { class: "table gpus" },

@@ -1,7 +1,7 @@
 // One job: state, progress and facts (revalidated with ETag every 2 s), metrics plots, benchmark results,
 // the live log, the state history, params and result.
 
-import { getIfChanged, getJson, postJson } from "../api.js";
+import { ApiError, getIfChanged, getJson, postJson } from "../api.js";
 import { BenchmarkView } from "../benchmark.js";
 import {
   ago, between, duration, h, jobProgress, json, link, notice, progressBar, replace, section, shortId, stateBadge, table, timeTitle,
@@ -91,9 +91,15 @@ export function mount(root, { id }) {
     if (changed || !job.terminal) await metrics.refresh();
   }
 
-  const stop = poll(() => refresh().catch((error) => {
-    if (error.status === 404) replace(head, notice(`No job ${id}.`, "error"));
-    throw error;
+  // A job that does not exist is an answer, not an outage: say so once and stop asking.
+  const stop = poll((stopPolling) => refresh().catch((error) => {
+    if (!(error instanceof ApiError && error.status === 404)) throw error;
+    stopPolling();
+    replace(head, notice(`No job ${id}: it does not exist on this eyas (deleted, or a wrong link).`, "error"));
+    plots.hidden = true;
+    logPanel.hidden = true;
+    events.parentElement.hidden = true;
+    details.hidden = true;
   }));
   return () => {
     stop();

@@ -145,9 +145,12 @@ export function mountOne(root, { id }) {
     return Promise.all([views.train?.refresh(), bench ? views.benchmark.refresh(bench) : null]);
   }
 
-  async function refresh() {
+  async function refresh(stopPolling) {
     const { available, data } = await getOptional(`/v1/pipelines/${id}`);
-    if (!available) return replace(head, notice(`No pipeline ${id} (or this API has no pipelines).`, "error"));
+    if (!available) {
+      stopPolling(); // gone is an answer, not an outage: stop asking
+      return replace(head, notice(`No pipeline ${id}: it does not exist on this eyas (or this API has no pipelines).`, "error"));
+    }
     const jobs = data.jobs || [];
     const failed = data.failed_step ? jobs.find((job) => stepName(job) === data.failed_step || ENDED_BADLY.has(job.state)) : null;
     replace(head,
@@ -156,7 +159,7 @@ export function mountOne(root, { id }) {
         stateBadge(data.state),
         h("span", { class: "muted" }, `${data.template} · host ${data.host || "any"} · created ${ago(data.created_at)}`,
           data.retries ? ` · ${data.retries} retr${data.retries === 1 ? "y" : "ies"}` : ""),
-        h("span", { class: "head-actions" }, actions(data, refresh))),
+        h("span", { class: "head-actions" }, actions(data, () => refresh(stopPolling)))),
       steps(jobs),
       failed ? notice(`${data.failed_step} ${failed.state}: ${failed.message || failed.termination_reason || ""}`, "error") : null,
       jobsTable(jobs),

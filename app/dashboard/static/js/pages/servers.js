@@ -2,9 +2,9 @@
 // button, the latest benchmark verdicts, and two of them compared draft against draft.
 
 import { getOptional, postJson } from "../api.js";
-import { chosen, configLabel, readSweep, verdictBadge } from "../benchmark.js";
+import { chosen, configLabel, readSweep, speedText, verdictBadge } from "../benchmark.js";
 import { Comparison } from "../compare.js";
-import { ago, h, jobLink, notice, num, replace, shortId, stateBadge, table, timeTitle } from "../dom.js";
+import { ago, between, duration, h, jobLink, notice, num, replace, shortId, stateBadge, table, timeTitle } from "../dom.js";
 import { poll } from "../live.js";
 
 const LIVE = new Set(["starting", "ready"]);
@@ -22,6 +22,21 @@ async function stopServer(server, button) {
   }
 }
 
+// How long a live server has been up (or starting); when one that ended stopped. A stopped server is not
+// "up" since anything.
+function since(server) {
+  const ended = server.stopped_at || null;
+  if (server.state === "stopped" || server.state === "failed") {
+    const word = server.state === "failed" ? "failed" : "stopped";
+    return h("td", { class: "muted", title: timeTitle(ended) }, ended ? `${word} ${ago(ended)}` : word);
+  }
+  if (server.state === "starting") {
+    return h("td", { title: timeTitle(server.started_at) }, `starting for ${duration(between(server.started_at))}`);
+  }
+  const up = server.ready_at || server.started_at;
+  return h("td", { title: timeTitle(up) }, `up ${duration(between(up))}`);
+}
+
 function serverRow(server) {
   const stop = h("button", { type: "button", class: "btn btn-danger btn-small", dataset: { stop: server.id } }, "Stop");
   stop.addEventListener("click", () => stopServer(server, stop));
@@ -34,7 +49,7 @@ function serverRow(server) {
     h("td", null, server.gpus?.length ? server.gpus.join(", ") : "—"),
     h("td", { class: "cell-path", title: server.draft || "" }, server.draft || "—"),
     h("td", null, num(server.last_accept_len, 2)),
-    h("td", { title: timeTitle(server.ready_at || server.started_at) }, ago(server.ready_at || server.started_at)),
+    since(server),
     h("td", null, jobLink(server.job_id)),
     h("td", { class: "cell-message", title: server.message || "" }, server.message || ""),
     h("td", null, LIVE.has(server.state) ? stop : null));
@@ -49,6 +64,12 @@ function chosenRow(sweep) {
   return speculative.sort((a, b) => (b.speedup ?? 0) - (a.speedup ?? 0))[0] || null;
 }
 
+function speedupCell(row) {
+  const mean = `${num(row.speedup, 2)}×`;
+  if (row.speedup_ci_low === null || row.speedup_ci_low === undefined) return mean;
+  return `${mean} [${num(row.speedup_ci_low, 2)}–${num(row.speedup_ci_high, 2)}]`;
+}
+
 function benchmarkRow(result, comparison) {
   const sweep = readSweep(result.summary, result.deployable);
   const top = chosenRow(sweep);
@@ -56,9 +77,10 @@ function benchmarkRow(result, comparison) {
     h("td", null, comparison.checkbox(result.id)),
     h("td", null, jobLink(result.job_id)),
     h("td", { class: "mono" }, result.server_id ? shortId(result.server_id) : "—"),
-    h("td", null, verdictBadge(sweep.deployable)),
+    h("td", null, verdictBadge(sweep)),
     h("td", { class: "mono" }, top ? configLabel(top) : "—"),
-    h("td", null, top?.speedup ? `${num(top.speedup, 2)}×` : "—"),
+    h("td", { class: top?.speedup_ci_high < 1 ? "warn" : null, title: top ? speedText(top) || "" : "" },
+      top?.speedup ? speedupCell(top) : "—"),
     h("td", null, top ? num(top.accept_len, 2) : "—"),
     h("td", null, top ? num(top.output_tok_s, 0) : "—"),
     h("td", { class: "cell-message", title: sweep.reasons.join("\n") }, sweep.reasons.join("; ")),
@@ -80,13 +102,13 @@ export function mount(root) {
     if (!serverList.available) replace(servers, notice("This API has no /v1/servers yet (an older eyas)."));
     else if (!serverList.data.items.length) replace(servers, h("p", { class: "empty" }, "No servers. A launch job starts one."));
     else {
-      const headers = ["server", "state", "engine", "host", "url", "GPUs", "draft", "accept len", "up since", "job", "message", ""];
+      const headers = ["server", "state", "engine", "host", "url", "GPUs", "draft", "accept len", "since", "job", "message", ""];
       replace(servers, table(headers, serverList.data.items.map(serverRow), { id: "servers-table" }));
     }
     if (!benchmarkList.available) replace(benchmarks, notice("This API has no /v1/benchmarks yet."));
     else if (!benchmarkList.data.items.length) replace(benchmarks, h("p", { class: "empty" }, "No benchmarks yet."));
     else {
-      const headers = ["compare", "job", "server", "verdict", "config", "speedup", "accept len", "tok/s", "reasons", "when"];
+      const headers = ["compare", "job", "server", "verdict", "config", "speedup [95 %]", "accept len", "tok/s", "reasons", "when"];
       const rows = benchmarkList.data.items.map((result) => benchmarkRow(result, comparison));
       replace(benchmarks, table(headers, rows, { id: "benchmarks-table" }));
     }

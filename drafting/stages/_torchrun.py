@@ -112,6 +112,7 @@ def torchrun_argv(ctx: StageContext, kind: str, params_file: Path, fifo: Path, w
         "--event-fifo", str(fifo), "--work-dir", str(ctx.work_dir), "--gpus", ",".join(map(str, ctx.gpus)),
     ]  # fmt: skip
     argv += [f"--allowed-root={root}" for root in ctx.allowed_roots]
+    argv += ["--allow-remote-code"] if ctx.allow_remote_code else []
     return argv + (["--job-id", ctx.job_id] if ctx.job_id else [])
 
 

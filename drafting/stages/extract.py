@@ -43,9 +43,11 @@ from drafting.ml.extraction import (
     pending_samples,
     required_bytes,
 )
+from drafting.ml.text_model import load_tokenizer, read_target_config, text_model_spec
+from drafting.stages._target import target_errors
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
-from drafting.stages.base import StageContext, StageError, out_of_memory
-from drafting.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
+from drafting.stages.base import StageContext, StageError, out_of_memory, remote_code
+from drafting.userfiles import Cap, check_model_folder, check_regular
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -59,6 +61,7 @@ class _Inputs:
     target_config: dict[str, Any]
     aux_layers: list[int]
     dtype: torch.dtype
+    trust_remote_code: bool
 
     @property
     def hidden_size(self) -> int:
@@ -75,7 +78,7 @@ def run(ctx: StageContext, params: ExtractParams) -> dict[str, Any]:
         return run_ranks(ctx, "extract", params, world)
     ranks = distributed.join(params.device)
     ctx = quiet_unless_main(ctx, ranks)
-    inputs = _resolve(params)
+    inputs = _resolve(ctx, params)
     device = _device(params, ranks)
     manifest, rows, pending = _plan(ctx, params, inputs, ranks)
     mine = pending[ranks.rank :: ranks.world]
@@ -131,7 +134,7 @@ def _written_by_all(ranks: Ranks, device: torch.device, progress: _Progress) -> 
     return _RunTotals(samples, tokens, size)
 
 
-def _resolve(params: ExtractParams) -> _Inputs:
+def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
     target = Path(params.target)
     tokenizer = Path(params.tokenizer) if params.tokenizer else target
     # Every file transformers will read, and the data, up front: a FIFO among them fails now, not at timeout.
@@ -140,10 +143,10 @@ def _resolve(params: ExtractParams) -> _Inputs:
         check_model_folder(tokenizer, "tokenizer folder")
     data = Path(params.data)
     check_regular(data, Cap.DATASET, "conversation data")
-    config_path = target / "config.json"
-    if not config_path.exists():
-        raise StageError(f"{target} has no config.json (expected a HF model folder)")
-    target_config = read_user_json_object(config_path, Cap.CONFIG, "target config.json")
+    trust = remote_code(ctx, params.trust_remote_code)
+    with target_errors():  # before any work: a target eyas cannot build fails now, not after tokenizing
+        target_config = read_target_config(target)
+        text_model_spec(target, trust_remote_code=trust)
     num_layers = int(text_config(target_config)["num_hidden_layers"])
     try:
         aux = check_aux_layers(params.aux_layers or default_aux_layers(num_layers), num_layers)
@@ -159,6 +162,7 @@ def _resolve(params: ExtractParams) -> _Inputs:
         target_config=target_config,
         aux_layers=aux,
         dtype=DTYPES[params.dtype],
+        trust_remote_code=trust,
     )
 
 
@@ -208,9 +212,8 @@ def _prepare_rows(
 def _tokenize(
     ctx: StageContext, params: ExtractParams, inputs: _Inputs, manifest: dict[str, Any]
 ) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(inputs.tokenizer), local_files_only=True)
+    with target_errors():
+        tokenizer = load_tokenizer(inputs.tokenizer, trust_remote_code=inputs.trust_remote_code)
     if not getattr(tokenizer, "chat_template", None):
         raise StageError(f"the tokenizer in {inputs.tokenizer} has no chat template")
     ctx.progress(0.0, "tokenizing")
@@ -289,7 +292,14 @@ def _extract(
     progress: _Progress,
 ) -> None:
     ctx.log(f"loading the target {inputs.target} ({params.dtype}, {device})")
-    model = load_target_model(inputs.target, dtype=inputs.dtype, device=device)
+    with target_errors():
+        model = load_target_model(
+            inputs.target,
+            dtype=inputs.dtype,
+            device=device,
+            trust_remote_code=inputs.trust_remote_code,
+            log=ctx.log,
+        )
     writer = AsyncWriter(
         inputs.output,
         threads=params.writer_threads,

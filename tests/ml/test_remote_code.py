@@ -26,6 +26,7 @@ from contract.reasons import TerminationReason
 from drafting.ml.target_head import load_target_head
 from drafting.ml.text_model import RemoteCodeRefused, load_text_model, text_model_spec
 from drafting.stages import extract, launch, train
+from drafting.stages._torchrun import torchrun_argv
 from drafting.stages.base import StageContext, StageError
 from tests.conftest import WorkerProcess
 from tests.ml.stage_process import run_stage_process
@@ -153,3 +154,14 @@ def test_the_hosts_setting_reaches_the_job_through_a_real_worker(
     assert outcomes["closed"]["termination_reason"] == "REMOTE_CODE_NOT_ALLOWED"
     assert "EYAS_ALLOW_REMOTE_CODE" in outcomes["closed"]["message"]
     assert outcomes["open"]["state"] == "succeeded", outcomes["open"]
+
+
+def test_torchrun_ranks_inherit_the_hosts_permission(tmp_path: Path) -> None:
+    """A stage that runs itself as torchrun ranks (extract, train on several GPUs) passes it on to them."""
+    argv = torchrun_argv(
+        StageContext(work_dir=tmp_path, allow_remote_code=True), "extract", tmp_path, tmp_path, 2
+    )
+    assert "--allow-remote-code" in argv
+    assert "--allow-remote-code" not in torchrun_argv(
+        StageContext(work_dir=tmp_path), "extract", tmp_path, tmp_path, 2
+    )

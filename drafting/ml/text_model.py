@@ -32,6 +32,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from drafting.ml._config import text_config
 from drafting.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
 
 # config.json fields that name the checkpoint rather than describe the text model
@@ -80,11 +81,6 @@ def read_target_config(folder: Path) -> dict[str, Any]:
     if not os.path.lexists(path):
         raise TargetModelError(f"{folder} has no config.json (expected a HF model folder)")
     return read_user_json_object(path, Cap.CONFIG, "target config.json")
-
-
-def text_part(config: dict[str, Any]) -> dict[str, Any]:
-    nested = config.get("text_config")
-    return dict(nested) if isinstance(nested, dict) else dict(config)
 
 
 def shipped_class(text: dict[str, Any]) -> Any | None:
@@ -137,7 +133,7 @@ def text_model_spec(folder: Path | str, *, trust_remote_code: bool = False) -> T
     the folder's own code can build it and `trust_remote_code` is off."""
     folder = Path(folder)
     config = read_target_config(folder)
-    text = text_part(config)
+    text = text_config(config)
     model_class = shipped_class(text)
     if model_class is None:
         refusal = _needs_remote_code(folder, config, text)

@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from drafting.ml._config import text_config
 from drafting.ml.drafter import Eagle3Drafter, load_drafter
-from drafting.ml.text_model import load_text_model, load_tokenizer, read_target_config, text_part
+from drafting.ml.text_model import load_text_model, load_tokenizer, read_target_config
 from drafting.userfiles import check_model_folder
 
 DTYPES = {
@@ -76,12 +77,12 @@ def _load_tokenizer(model: str, trust_remote_code: bool) -> Any | None:
     return load_tokenizer(model, trust_remote_code=trust_remote_code)
 
 
-def _eos_ids(folder: Path, text_config: Any) -> frozenset[int]:
+def _eos_ids(folder: Path, text_model_config: Any) -> frozenset[int]:
     """The text model's eos_token_id and config.json's own (a wrapper states it at its top level; a
     multimodal transformers 5 config object has none of its own there)."""
     config = read_target_config(folder)
-    ids = _as_ids(getattr(text_config, "eos_token_id", None))
-    for source in (config, text_part(config)):
+    ids = _as_ids(getattr(text_model_config, "eos_token_id", None))
+    for source in (config, text_config(config)):
         ids |= _as_ids(source.get("eos_token_id"))
     return frozenset(ids)
 

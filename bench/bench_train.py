@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -141,11 +142,10 @@ def build(
     drafter.to(device)
     drafter.embed_tokens.to(dtype)
     h, vocab = shape["hidden_size"], shape["vocab_size"]
-    head = TargetHead(
+    head = TargetHead(  # the 8B shape's head as loose tensors, behind a Llama final norm
         torch.empty(0),
-        torch.ones(h, device=device),
         torch.randn(vocab, h, device=device, dtype=dtype) * 0.02,
-        1e-5,
+        LlamaRMSNorm(h, 1e-5).to(device),
     )
     settings = OptimSettings(
         lr=1e-4, warmup_steps=0, total_steps=1000, schedule="constant", weight_decay=0.0, grad_clip=0.5

@@ -28,3 +28,6 @@ class TerminationReason(StrEnum):
     LAUNCH_CHECK_FAILED = "LAUNCH_CHECK_FAILED"
     RELEASE_GATE_FAILED = "RELEASE_GATE_FAILED"
     BAD_INPUT = "BAD_INPUT"  # a user-given file eyas will not read: a FIFO, a device, a folder, too large
+    REMOTE_CODE_NOT_ALLOWED = (
+        "REMOTE_CODE_NOT_ALLOWED"  # a target needing its own code, not allowed to run it
+    )

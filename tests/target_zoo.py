@@ -15,7 +15,8 @@ Two entries are wrappers whose text model sits inside another model:
   sharded with an index, and an `auto_map` naming code files the folder does not hold.
 
 `REFUSED` names the targets SGLang cannot serve with EAGLE-3 (their classes lack
-`set_eagle3_layers_to_capture`): Mixtral and a Llava-style model, for the refusal paths.
+`set_eagle3_layers_to_capture`): Mixtral and a Llava-style model, for the refusal paths. `remote_code`
+(not in ZOO) builds a target only its own code can load.
 """
 
 from __future__ import annotations
@@ -226,8 +227,11 @@ KIMI_AUTO_MAP = {
 
 
 def kimi_k25(folder: Path, seed: int = 0) -> Path:
-    """The reference deployment's target, shrunk: see the module docstring for what it keeps."""
+    """The reference deployment's target, shrunk: see the module docstring for what it keeps. 8 attention
+    heads (the real one has 64), so tensor parallel 8 splits them as it does the real one's."""
     text = _deepseek_v3(
+        num_attention_heads=8,
+        num_key_value_heads=8,
         max_position_embeddings=KIMI_MAX_POSITIONS,
         rope_parameters={
             "rope_type": "yarn", "rope_theta": 50000.0, "factor": 64.0,
@@ -291,6 +295,43 @@ def _write_sharded(folder: Path, tensors: dict[str, torch.Tensor], *, shards: in
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+REMOTE_CONFIG = """from transformers import LlamaConfig
+
+
+class EyasTinyConfig(LlamaConfig):
+    model_type = "eyas_tiny_remote"
+"""
+REMOTE_MODELING = """from transformers import LlamaForCausalLM
+
+from .configuration_eyas_tiny import EyasTinyConfig
+
+
+class EyasTinyForCausalLM(LlamaForCausalLM):
+    config_class = EyasTinyConfig
+"""
+
+
+def remote_code(folder: Path, seed: int = 0, *, with_code: bool = True) -> Path:
+    """A Llama whose config names a model type transformers does not ship (`eyas_tiny_remote`): only the
+    folder's own code (`auto_map`) builds it. `with_code=False` leaves the code files out, as a checkpoint
+    copied without them."""
+    _save(folder, _built(LlamaForCausalLM, LlamaConfig(**TINY), seed))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(
+        model_type="eyas_tiny_remote",
+        architectures=["EyasTinyForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_eyas_tiny.EyasTinyConfig",
+            "AutoModelForCausalLM": "modeling_eyas_tiny.EyasTinyForCausalLM",
+        },
+    )
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if with_code:
+        (folder / "configuration_eyas_tiny.py").write_text(REMOTE_CONFIG)
+        (folder / "modeling_eyas_tiny.py").write_text(REMOTE_MODELING)
+    return folder
 
 
 ZOO: dict[str, Callable[..., Path]] = {

@@ -99,6 +99,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--inherited-views", default=None, type=Path, help="a torchrun rank's launcher's views"
     )
+    parser.add_argument("--allow-remote-code", action="store_true", help="the host allows trust_remote_code")
     return parser.parse_args(argv)
 
 
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         sink=sink,
         gpus=tuple(int(g) for g in args.gpus.split(",") if g),
         allowed_roots=tuple(args.allowed_root),
+        allow_remote_code=args.allow_remote_code,
         cancel=cancel,
         job_id=args.job_id,
         data_dir=args.data_dir,

@@ -93,6 +93,8 @@ def stage_job(
     for root in settings.allowed_roots:
         args += ["--allowed-root", str(root)]
     args += ["--data-dir", str(settings.data_dir.resolve())]
+    if settings.allow_remote_code:
+        args.append("--allow-remote-code")
     return handoff.StageJob(args=args, env=child_env(settings, gpus), cwd=str(work_dir))
 
 

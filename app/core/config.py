@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     allowed_roots: list[Path] = Field(
         default_factory=list, description="paths in params must lie under these on the worker host"
     )
+    allow_remote_code: bool = Field(
+        False,
+        description="on a worker host: a job with trust_remote_code may run a target folder's own Python "
+        "code (config.json auto_map); it executes files from that folder. Off: such jobs fail "
+        "REMOTE_CODE_NOT_ALLOWED",
+    )
     log_dir: Path | None = Field(
         None, description="per-job log files on the worker host (default data_dir/logs)"
     )

@@ -51,7 +51,8 @@ from speculators_side_by_side import SGLANG_DRAFT, fix_keys, sweep_job  # noqa: 
 from drafting.ml._config import drafter_config, text_config  # noqa: E402
 from drafting.ml._dataset import read_token_freq  # noqa: E402
 from drafting.ml.hidden_store import read_manifest  # noqa: E402
-from drafting.ml.target_head import read_final_norm, weight_files, weight_names  # noqa: E402
+from drafting.ml.target_head import read_final_norm, stored_head_names  # noqa: E402
+from drafting.ml.text_model import weight_files  # noqa: E402
 from drafting.ml.train_data import HiddenStateDataset, open_extraction, split_indices  # noqa: E402
 from drafting.ml.vocab import d2t_offsets, draft_token_ids  # noqa: E402
 
@@ -59,10 +60,10 @@ GROUP = 2000  # samples per folder, as SpecForge's own capture groups them (rows
 METRIC_LINE = re.compile(r"^step (?P<step>\d+): (?P<metrics>\{.*\})\s*$")
 
 
-def final_norm(last: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """The target's RMSNorm as transformers' Llama runs it: float32 statistics, cast back, then the weight."""
-    normed = last.float() * torch.rsqrt(last.float().pow(2).mean(-1, keepdim=True) + eps)
-    return weight.to(last.dtype) * normed.to(last.dtype)
+def final_norm(last: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """The target's own final norm, run in the states' dtype as the target runs it."""
+    out: torch.Tensor = norm.to(last.dtype)(last)
+    return out
 
 
 def convert(
@@ -76,7 +77,7 @@ def convert(
     """eyas's samples as SpecForge's `.ckpt` files: training rows under OUT/train, eyas's validation rows
     under OUT/val, in `dtype` (the trainer's: its lm_head is bfloat16 and does not cast its input)."""
     config = json.loads((target / "config.json").read_text())
-    norm_weight, eps = read_final_norm(target, config)  # the norm alone: no 2 GB embedding for an 8B target
+    norm = read_final_norm(target)  # the norm alone: no 2 GB embedding for an 8B target
     dataset = HiddenStateDataset(open_extraction(extraction, config), max_len=1 << 30)
     train, val = split_indices(len(dataset), val_fraction, seed)
     tokens = {"train": 0, "val": 0}
@@ -88,7 +89,7 @@ def convert(
             record = {
                 "input_ids": sample["input_ids"].long(),
                 "loss_mask": sample["loss_mask"].long(),
-                "hidden_state": final_norm(states[:, 3], norm_weight, eps).to(dtype)[None],
+                "hidden_state": final_norm(states[:, 3], norm).to(dtype)[None],
                 "aux_hidden_state": states[:, :3].reshape(seq, 3 * hidden).to(dtype)[None],
             }
             group = number // GROUP * GROUP
@@ -113,8 +114,7 @@ def target_view(target: Path, view: Path) -> str:
             (view / path.name).symlink_to(path.resolve())
     index = {"metadata": {}, "weight_map": {name: file.name for name, file in files.items()}}
     (view / "model.safetensors.index.json").write_text(json.dumps(index))
-    config = json.loads((target / "config.json").read_text())
-    return weight_names(files, config)["lm_head"]
+    return stored_head_names(target)["lm_head"]
 
 
 def vocab_mapping(extraction: Path, target_config: dict[str, Any], draft_vocab: int, path: Path) -> None:

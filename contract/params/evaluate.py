@@ -12,6 +12,12 @@ from contract.params.common import HostPath, PromptSource, StageParams
 class EvalParams(StageParams):
     model: HostPath = Field(description="target model folder (HF layout)")
     draft: HostPath = Field(description="drafter folder (SGLang layout)")
+    trust_remote_code: bool = Field(
+        False,
+        description="let transformers run the target folder's own Python code (config.json auto_map) when "
+        "its text model is not an architecture transformers ships; the worker host must allow it "
+        "(EYAS_ALLOW_REMOTE_CODE). Off: such a target is refused with a clear error, never a prompt",
+    )
     depths: list[Annotated[int, Field(ge=1, le=64)]] = Field(
         default_factory=lambda: [16, 10, 5],
         min_length=1,

@@ -49,6 +49,12 @@ class ExtractParams(DataParallelParams):
     )
     output: OutputPath = Field(description="extraction folder (speculators' offline layout + eyas manifest)")
     tokenizer: HostPath | None = Field(None, description="tokenizer folder (default: the target folder)")
+    trust_remote_code: bool = Field(
+        False,
+        description="let transformers run the target folder's own Python code (config.json auto_map) when "
+        "its text model is not an architecture transformers ships; the worker host must allow it "
+        "(EYAS_ALLOW_REMOTE_CODE). Off: such a target is refused with a clear error, never a prompt",
+    )
     max_len: int = Field(2048, ge=16, le=262_144, description="tokens per sample, after the chat template")
     overlong: Literal["truncate", "drop"] = Field(
         "truncate", description="what to do with samples longer than max_len"

@@ -71,6 +71,7 @@ OWNED_FLAGS: dict[str, str] = {
     "--mem-fraction-static": "mem_fraction_static",
     "--context-length": "context_length",
     "--max-running-requests": "max_running_requests",
+    "--trust-remote-code": "trust_remote_code",
 }
 
 FORBIDDEN_FLAGS: dict[str, str] = {
@@ -136,6 +137,12 @@ class LaunchParams(StageParams):
         min_length=1,
         max_length=500,
         description="why CUDA graphs are off (kept in the launch and benchmark results); required when off",
+    )
+    trust_remote_code: bool = Field(
+        False,
+        description="--trust-remote-code: the engine may run the target folder's own Python code (SGLang "
+        "reads a custom tokenizer or config that way); the worker host must allow it "
+        "(EYAS_ALLOW_REMOTE_CODE)",
     )
     dry_run: bool = Field(False, description="render and check only; start nothing")
     ready_timeout_s: float = Field(

@@ -17,6 +17,12 @@ class TrainParams(DataParallelParams):
     output: OutputPath = Field(
         description="run folder: epoch_{n}/ checkpoints in SGLang's layout + training state"
     )
+    trust_remote_code: bool = Field(
+        False,
+        description="let transformers run the target folder's own Python code (config.json auto_map) when "
+        "its text model is not an architecture transformers ships; the worker host must allow it "
+        "(EYAS_ALLOW_REMOTE_CODE). Off: such a target is refused with a clear error, never a prompt",
+    )
     backend: Literal["eyas"] = Field("eyas", description="trainer implementation (speculators: later)")
     epochs: int = Field(1, ge=1, le=1000)
     ttt_steps: int = Field(7, ge=1, le=16, description="training-time-test unroll length")

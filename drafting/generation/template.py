@@ -35,12 +35,12 @@ class TemplateFacts:
     user_prefix: str | None  # text before a first user turn's content; None when the probe fails
 
 
-def load_chat_tokenizer(folder: str) -> Any:
+def load_chat_tokenizer(folder: str, *, trust_remote_code: bool = False) -> Any:
     """The target's tokenizer; TemplateProblem when it has no chat template (generate renders every turn)."""
-    from transformers import AutoTokenizer
+    from drafting.ml.text_model import load_tokenizer
 
     check_model_folder(folder, "target folder")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code)
     if not has_chat_template(tokenizer):
         raise TemplateProblem(
             f"the tokenizer in {folder} has no chat template: generate renders every turn with it "

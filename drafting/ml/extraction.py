@@ -18,7 +18,7 @@ from torch import nn
 from drafting.ml._writer import AsyncWriter, HostBatch, Written
 from drafting.ml.capture import capture_hidden_states
 from drafting.ml.hidden_store import bytes_per_token, hidden_path, is_complete
-from drafting.userfiles import check_model_folder
+from drafting.ml.text_model import load_text_model
 
 FILE_OVERHEAD_BYTES = 512  # safetensors header of one sample, generously rounded
 
@@ -55,11 +55,16 @@ def length_sorted_batches(pending: list[PendingSample], batch_size: int) -> list
     return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
 
 
-def load_target_model(folder: Path, *, dtype: torch.dtype, device: torch.device) -> nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    check_model_folder(folder, "target model folder")  # transformers would wait on a FIFO config.json
-    model: nn.Module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
+def load_target_model(
+    folder: Path,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    trust_remote_code: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> nn.Module:
+    """The target's text model (a wrapper's language model alone: text_model.py), on `device`."""
+    model = load_text_model(folder, dtype=dtype, trust_remote_code=trust_remote_code, log=log)
     return model.to(device).eval()
 
 

@@ -171,8 +171,9 @@ def _convert(gguf: Path, out: Path, dtype: str) -> None:
         kwargs["quantization_config"] = GgufConfig(gguf_file=gguf.name, dequantize=True)
     except ImportError:  # older transformers always dequantise on load
         pass
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kwargs)
+    # a GGUF carries no code; trust_remote_code is given so transformers never asks on the terminal
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), trust_remote_code=False, **kwargs)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     _drop_quantization_note(out / "config.json")
@@ -240,4 +241,4 @@ def _weight_problems(folder: Path, expected: Expected) -> list[str]:
 def _has_chat_template(folder: Path) -> bool:
     from transformers import AutoTokenizer
 
-    return has_chat_template(AutoTokenizer.from_pretrained(str(folder)))
+    return has_chat_template(AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))

@@ -87,15 +87,16 @@ class TargetScorer:
         if self._model is not None or self.load_error is not None:
             return self._model
         import torch
-        from transformers import AutoModelForCausalLM
+
+        from drafting.ml.text_model import TargetModelError, load_text_model
 
         device = self._device(torch)
         dtype = torch.float32 if fits_in_float32(Path(self.model_path), device) else torch.bfloat16
         try:
             check_model_folder(self.model_path, "target folder")  # a FIFO or device would hang transformers
-            model: Any = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+            model: Any = load_text_model(self.model_path, dtype=dtype)
             self._model = model.to(device).eval()
-        except (OSError, RuntimeError, ValueError) as exc:
+        except (OSError, RuntimeError, ValueError, TargetModelError) as exc:
             self.load_error = f"{type(exc).__name__}: {exc}"
             return None
         self.description = f"{str(dtype).removeprefix('torch.')} on {device}"

@@ -20,7 +20,7 @@ from drafting.serving.checks import prepare_launch
 from drafting.serving.render import HostFacts, RenderedLaunch
 from drafting.serving.server_process import ServerDied, ServerNotReady, ServerProcess
 from drafting.serving.sglang_parser import installed_sglang_version
-from drafting.stages.base import StageCancelled, StageContext, StageError
+from drafting.stages.base import StageCancelled, StageContext, StageError, remote_code
 
 ENV_PROGRAM = "/usr/bin/env"
 _QUOTED_LINES = 40
@@ -35,7 +35,9 @@ def host_facts(gpus: Sequence[int]) -> HostFacts:
 
 def checked_launch(ctx: StageContext, params: LaunchParams) -> RenderedLaunch:
     """Render and check on this host; log every finding; raise LAUNCH_CHECK_FAILED on any error. (The
-    worker and stage_main have already held every path, nested ones too, against the allowed roots.)"""
+    worker and stage_main have already held every path, nested ones too, against the allowed roots.)
+    trust_remote_code is refused first where the host does not allow it (REMOTE_CODE_NOT_ALLOWED)."""
+    remote_code(ctx, params.trust_remote_code)
     rendered = prepare_launch(params, host=host_facts(ctx.gpus), gpus=ctx.gpus)
     for finding in rendered.findings:
         ctx.log(f"launch check {finding}")

@@ -1,4 +1,8 @@
-"""Loading a target (HF folder), its drafter (SGLang-layout folder) and, when present, its tokenizer."""
+"""Loading a target (HF folder), its drafter (SGLang-layout folder) and, when present, its tokenizer.
+
+The target is its text model (drafting/ml/text_model.py): a multimodal or wrapped checkpoint serves its
+language model, read with transformers' own class; its stop ids come from the text config, config.json's
+top level and the generation config, as SGLang gathers them."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from drafting.ml._config import text_config
 from drafting.ml.drafter import Eagle3Drafter, load_drafter
+from drafting.ml.text_model import load_text_model, load_tokenizer, read_target_config
 from drafting.userfiles import check_model_folder
 
 DTYPES = {
@@ -37,13 +43,18 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_models(model: str, draft: str | None, *, device: torch.device, dtype: torch.dtype) -> LoadedModels:
-    from transformers import AutoModelForCausalLM
-
+def load_models(
+    model: str,
+    draft: str | None,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    trust_remote_code: bool = False,
+) -> LoadedModels:
     check_model_folder(model, "target folder")  # transformers would block on a FIFO, read /dev/zero forever
     if draft is not None:
         check_model_folder(draft, "draft folder")
-    target: Any = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
+    target: Any = load_text_model(model, dtype=dtype, trust_remote_code=trust_remote_code)
     target = target.to(device).eval()
     drafter = None
     if draft is not None:
@@ -53,24 +64,32 @@ def load_models(model: str, draft: str | None, *, device: torch.device, dtype: t
     return LoadedModels(
         target=target,
         drafter=drafter,
-        tokenizer=_load_tokenizer(model),
-        eos_ids=_eos_ids(config.eos_token_id),
+        tokenizer=_load_tokenizer(model, trust_remote_code),
+        eos_ids=_eos_ids(Path(model), config),
         vocab_size=int(config.vocab_size),
         num_layers=int(config.num_hidden_layers),
     )
 
 
-def _load_tokenizer(model: str) -> Any | None:
+def _load_tokenizer(model: str, trust_remote_code: bool) -> Any | None:
     if not any((Path(model) / name).exists() for name in _TOKENIZER_FILES):
         return None
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model)
+    return load_tokenizer(model, trust_remote_code=trust_remote_code)
 
 
-def _eos_ids(value: object) -> frozenset[int]:
-    if isinstance(value, int):
-        return frozenset({value})
+def _eos_ids(folder: Path, text_model_config: Any) -> frozenset[int]:
+    """The text model's eos_token_id and config.json's own (a wrapper states it at its top level; a
+    multimodal transformers 5 config object has none of its own there)."""
+    config = read_target_config(folder)
+    ids = _as_ids(getattr(text_model_config, "eos_token_id", None))
+    for source in (config, text_config(config)):
+        ids |= _as_ids(source.get("eos_token_id"))
+    return frozenset(ids)
+
+
+def _as_ids(value: object) -> set[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {value}
     if isinstance(value, list | tuple):
-        return frozenset(int(v) for v in value)
-    return frozenset()
+        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+    return set()

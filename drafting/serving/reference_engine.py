@@ -46,6 +46,7 @@ class EngineOptions:
     context_length: int | None = None
     max_running_requests: int | None = None
     decode_log_interval: int = 40
+    trust_remote_code: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,13 @@ class ReferenceEngine:
         started = time.monotonic()
         device, dtype = pick_device(options.device), DTYPES[options.dtype]
         log.info("Load weight begin. device=%s, dtype=%s", device, options.dtype)
-        self.models = load_models(options.model, options.draft, device=device, dtype=dtype)
+        self.models = load_models(
+            options.model,
+            options.draft,
+            device=device,
+            dtype=dtype,
+            trust_remote_code=options.trust_remote_code,
+        )
         self.eos_ids = stop_token_ids(self.models)
         if options.draft:
             self.dtype_fault = sglang_dtype_fault(options.model, options.draft)
@@ -277,6 +284,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--decode-log-interval", type=int, default=40)
     parser.add_argument("--cpu-threads", type=int, default=0, help="torch CPU threads (0: half the cores)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="the target's text model may run its folder's code"
+    )
     return parser.parse_args(argv)
 
 
@@ -300,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         context_length=args.context_length,
         max_running_requests=args.max_running_requests,
         decode_log_interval=args.decode_log_interval,
+        trust_remote_code=args.trust_remote_code,
     )
     what = f"draft {args.draft}, chain depth {args.depth}" if args.draft else "no draft (no speculation)"
     log.info("eyas reference engine (NOT SGLang): target %s, %s", args.model, what)

@@ -233,7 +233,7 @@ def _reference_args(params: LaunchParams, shape: SpecShape | None) -> list[str]:
 
 
 def _optional_args(params: LaunchParams, *, include_memory: bool = True) -> list[str]:
-    args: list[str] = []
+    args: list[str] = ["--trust-remote-code"] if params.trust_remote_code else []
     if include_memory and params.mem_fraction_static is not None:
         args += ["--mem-fraction-static", str(params.mem_fraction_static)]
     if params.context_length is not None:

@@ -145,10 +145,10 @@ def target_tokenizer(model: str | Path) -> Any:
     folder = Path(model)
     if not any((folder / name).exists() for name in _TOKENIZER_FILES):
         return None
-    from transformers import AutoTokenizer
+    from drafting.ml.text_model import load_tokenizer
 
     check_model_folder(folder, "target folder")  # a FIFO or device among its files would hang transformers
-    return AutoTokenizer.from_pretrained(str(folder))
+    return load_tokenizer(folder)
 
 
 def greedy_answers(url: str, prompts: Sequence[Sequence[int]], options: SmokeOptions) -> list[Answer]:

@@ -114,6 +114,7 @@ def torchrun_argv(ctx: StageContext, kind: str, params_file: Path, fifo: Path, w
     argv += [f"--allowed-root={root}" for root in ctx.allowed_roots]
     argv += [f"--data-dir={ctx.data_dir}"] if ctx.data_dir is not None else []
     argv += [f"--inherited-views={ctx.paths.views_folder()}"]  # the params' paths are already pinned
+    argv += ["--allow-remote-code"] if ctx.allow_remote_code else []
     return argv + (["--job-id", ctx.job_id] if ctx.job_id else [])
 
 

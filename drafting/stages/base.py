@@ -56,6 +56,18 @@ class StageError(Exception):
         )
 
 
+def remote_code(ctx: StageContext, requested: bool) -> bool:
+    """`trust_remote_code` as a stage passes it on: true only when the params ask for it and the host's
+    settings allow it (EYAS_ALLOW_REMOTE_CODE), since it runs Python files from the target folder."""
+    if requested and not ctx.allow_remote_code:
+        raise StageError(
+            "trust_remote_code is set, but this host's settings do not allow running a target folder's "
+            "own code (EYAS_ALLOW_REMOTE_CODE=true on the worker host)",
+            reason=TerminationReason.REMOTE_CODE_NOT_ALLOWED,
+        )
+    return requested
+
+
 def out_of_memory(what: str, batch_size: int, seq_len: int, held: Sequence[int]) -> StageError:
     """The error of a CUDA out-of-memory on a batch, naming the GPUs' other holders when there are any: when
     other processes hold the memory, freeing the GPU is the advice, not a smaller batch."""
@@ -103,6 +115,7 @@ class StageContext:
     sink: EventSink = field(default_factory=RecordingSink)
     gpus: Sequence[int] = ()
     allowed_roots: Sequence[Path] = ()
+    allow_remote_code: bool = False  # the host's settings let a job run a target folder's own code
     cancel: threading.Event = field(default_factory=threading.Event)
     job_id: str | None = None
     data_dir: Path | None = None

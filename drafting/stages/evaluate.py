@@ -11,7 +11,8 @@ from drafting.serving.divergence import TargetScorer
 from drafting.serving.evaluation import LoadedTargetScorer, evaluate_acceptance
 from drafting.serving.models import DTYPES, LoadedModels, load_models, pick_device
 from drafting.serving.prompts import set_summary
-from drafting.stages.base import StageContext, stage_prompts
+from drafting.stages._target import target_errors
+from drafting.stages.base import StageContext, remote_code, stage_prompts
 
 
 def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
@@ -26,7 +27,11 @@ def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:
     )
     if "turns" in summary:
         ctx.log(f"eval: {summary['turns']}")
-    models = load_models(params.model, params.draft, device=device, dtype=DTYPES[dtype_name])
+    trust = remote_code(ctx, params.trust_remote_code)
+    with target_errors():
+        models = load_models(
+            params.model, params.draft, device=device, dtype=DTYPES[dtype_name], trust_remote_code=trust
+        )
 
     def progress(done: int, total: int) -> None:
         ctx.check_cancelled()

@@ -43,12 +43,14 @@ from drafting.ml.extraction import (
     pending_samples,
     required_bytes,
 )
+from drafting.ml.text_model import load_tokenizer, read_target_config, text_model_spec
 from drafting.outputs import MARKER
 from drafting.stages._extract_sglang import check_host, extract_with_sglang
 from drafting.stages._extract_writing import ExtractProgress, RunTotals, close_writer
+from drafting.stages._target import target_errors
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
-from drafting.stages.base import StageContext, StageError, out_of_memory
-from drafting.userfiles import Cap, check_model_folder, check_regular, read_user_json_object
+from drafting.stages.base import StageContext, StageError, out_of_memory, remote_code
+from drafting.userfiles import Cap, check_model_folder, check_regular
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -62,6 +64,7 @@ class _Inputs:
     target_config: dict[str, Any]
     aux_layers: list[int]
     dtype: torch.dtype
+    trust_remote_code: bool
 
     @property
     def hidden_size(self) -> int:
@@ -152,10 +155,10 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
         check_model_folder(tokenizer, "tokenizer folder")
     data = Path(params.data)
     check_regular(data, Cap.DATASET, "conversation data")
-    config_path = target / "config.json"
-    if not config_path.exists():
-        raise StageError(f"{target} has no config.json (expected a HF model folder)")
-    target_config = read_user_json_object(config_path, Cap.CONFIG, "target config.json")
+    trust = remote_code(ctx, params.trust_remote_code)
+    with target_errors():  # before any work: a target eyas cannot build fails now, not after tokenizing
+        target_config = read_target_config(target)
+        text_model_spec(target, trust_remote_code=trust)
     num_layers = int(text_config(target_config)["num_hidden_layers"])
     try:
         aux = check_aux_layers(params.aux_layers or default_aux_layers(num_layers), num_layers)
@@ -171,6 +174,7 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
         target_config=target_config,
         aux_layers=aux,
         dtype=DTYPES[params.dtype],
+        trust_remote_code=trust,
     )
 
 
@@ -223,9 +227,8 @@ def _prepare_rows(
 def _tokenize(
     ctx: StageContext, params: ExtractParams, inputs: _Inputs, manifest: dict[str, Any]
 ) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(inputs.tokenizer), local_files_only=True)
+    with target_errors():
+        tokenizer = load_tokenizer(inputs.tokenizer, trust_remote_code=inputs.trust_remote_code)
     if not getattr(tokenizer, "chat_template", None):
         raise StageError(f"the tokenizer in {inputs.tokenizer} has no chat template")
     ctx.progress(0.0, "tokenizing")
@@ -304,7 +307,14 @@ def _extract(
     progress: ExtractProgress,
 ) -> None:
     ctx.log(f"loading the target {inputs.target} ({params.dtype}, {device})")
-    model = load_target_model(inputs.target, dtype=inputs.dtype, device=device)
+    with target_errors():
+        model = load_target_model(
+            inputs.target,
+            dtype=inputs.dtype,
+            device=device,
+            trust_remote_code=inputs.trust_remote_code,
+            log=ctx.log,
+        )
     writer = AsyncWriter(
         inputs.output,
         threads=params.writer_threads,

@@ -24,7 +24,8 @@ from drafting.generation.tally import Tally
 from drafting.generation.template import TemplateFacts, TemplateProblem, load_chat_tokenizer, template_facts
 from drafting.serving.lifecycle import LiveServer, checked_launch, launched_server
 from drafting.sglang_facts import DETERMINISTIC_FLAG
-from drafting.stages.base import StageCancelled, StageContext, StageError
+from drafting.stages._target import target_errors
+from drafting.stages.base import StageCancelled, StageContext, StageError, remote_code
 
 PROGRESS_INTERVAL_S = 1.0
 METRIC_INTERVAL_S = 5.0
@@ -33,7 +34,7 @@ _LOG_LINES = 40
 
 def run(ctx: StageContext, params: GenerateParams) -> dict[str, Any]:
     started = time.monotonic()
-    tokenizer, facts = _chat_template(params)
+    tokenizer, facts = _chat_template(ctx, params)
     existing = _prepared_output(ctx, params)
     total = _prompt_total(params)
     held_out = _held_out(params)
@@ -69,9 +70,12 @@ def run(ctx: StageContext, params: GenerateParams) -> dict[str, Any]:
     return result
 
 
-def _chat_template(params: GenerateParams) -> tuple[Any, TemplateFacts]:
+def _chat_template(ctx: StageContext, params: GenerateParams) -> tuple[Any, TemplateFacts]:
+    """The target's tokenizer, trusted with its folder's code when the engine is (its trust_remote_code)."""
+    trust = remote_code(ctx, params.engine.trust_remote_code)
     try:
-        tokenizer = load_chat_tokenizer(params.target)
+        with target_errors():
+            tokenizer = load_chat_tokenizer(params.target, trust_remote_code=trust)
     except TemplateProblem as problem:
         raise StageError(str(problem), reason=TerminationReason.BAD_INPUT) from problem
     facts = template_facts(tokenizer)

@@ -21,7 +21,7 @@ from drafting.ml import distributed
 from drafting.ml.distributed import Ranks
 from drafting.ml.drafter import Eagle3Drafter, save_drafter
 from drafting.ml.objective import ACCEPT_DEPTHS
-from drafting.ml.target_head import TargetHead, TargetWeightsError, load_target_head
+from drafting.ml.target_head import TargetHead, load_target_head
 from drafting.ml.train_data import (
     Extraction,
     ExtractionMismatch,
@@ -44,9 +44,10 @@ from drafting.ml.trainer import (
     make_optimizer,
 )
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
+from drafting.stages._target import target_errors
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from drafting.stages._train_record import record_epoch, train_result
-from drafting.stages.base import StageCancelled, StageContext, StageError, out_of_memory
+from drafting.stages.base import StageCancelled, StageContext, StageError, out_of_memory, remote_code
 from drafting.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -133,7 +134,7 @@ class _Run:
 def _train(ctx: StageContext, params: TrainParams, ranks: Ranks) -> dict[str, Any]:
     ctx = quiet_unless_main(ctx, ranks)
     inputs = _resolve(ctx, params, ranks)
-    extraction, held_out, head = _open_inputs(inputs, params)
+    extraction, held_out, head = _open_inputs(inputs, params, remote_code(ctx, params.trust_remote_code))
     fingerprint = {
         "extraction": extraction.manifest["fingerprint"],
         **{name: getattr(params, name) for name in _RUN_DEFINING},
@@ -260,15 +261,18 @@ def _resolve(ctx: StageContext, params: TrainParams, ranks: Ranks) -> _Inputs:
     )
 
 
-def _open_inputs(inputs: _Inputs, params: TrainParams) -> tuple[Extraction, Extraction | None, TargetHead]:
+def _open_inputs(
+    inputs: _Inputs, params: TrainParams, trust_remote_code: bool
+) -> tuple[Extraction, Extraction | None, TargetHead]:
     """The training extraction, the held-out one (held_out_data, checked against both), the target's head."""
     try:
         extraction = open_extraction(inputs.data, inputs.target_config)
         folder = params.held_out_data
         held_out = open_held_out(Path(folder), inputs.target_config, extraction) if folder else None
-        return extraction, held_out, load_target_head(inputs.target, inputs.target_config)
-    except (ExtractionMismatch, TargetWeightsError) as exc:
+    except ExtractionMismatch as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
+    with target_errors():
+        return extraction, held_out, load_target_head(inputs.target, trust_remote_code=trust_remote_code)
 
 
 def _previous_run(params: TrainParams, output: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:

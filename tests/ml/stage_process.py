@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ def run_stage_process(
     env: dict[str, str] | None = None,
     kill_when: Callable[[str], bool] | None = None,
     timeout_s: float = 300,
+    args: Sequence[str] = (),
 ) -> StageRun:
     """Run the stage to its end, or SIGKILL its process group at the first log line `kill_when` accepts."""
     params_file = work_dir / f"{kind}-params.json"
@@ -56,7 +57,7 @@ def run_stage_process(
             os.killpg(started[0].pgid, signal.SIGKILL)
 
     argv = [sys.executable, "-m", "workers.stage_main", "--kind", kind, "--params-file", str(params_file)]
-    argv += ["--event-fd", str(write_fd), "--work-dir", str(work_dir)]
+    argv += ["--event-fd", str(write_fd), "--work-dir", str(work_dir), *args]
     try:
         result = proc.run_command(
             argv,

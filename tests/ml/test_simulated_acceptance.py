@@ -4,7 +4,6 @@ free-running speculative decoder on the same text."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -96,8 +95,7 @@ def test_the_walk_takes_the_cycles_eyas_speculative_decoder_takes_on_the_same_te
         device="cpu",
         dtype=torch.float32,
     )
-    config = json.loads((pair.target / "config.json").read_text())
-    trainer = _validator(drafter, load_target_head(pair.target, config), depth)
+    trainer = _validator(drafter, load_target_head(pair.target), depth)
     indices = extraction_indices(drafter.aux_layers, num_decoder_layers(target))
     decoded = tokens = cycles = 0
     for prompt in pair.prompts:

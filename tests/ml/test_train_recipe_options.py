@@ -53,8 +53,7 @@ def _target_rows(target: Path, checkpoint: Path) -> tuple[torch.Tensor, torch.Te
     tensors = load_file(checkpoint / "model.safetensors")
     d2t = tensors["d2t"]
     draft_ids = torch.arange(d2t.numel()) + d2t
-    config = json.loads((target / "config.json").read_text())
-    rows = load_target_head(target, config).lm_head[draft_ids].float()
+    rows = load_target_head(target).lm_head[draft_ids].float()
     return tensors["lm_head.weight"].float(), rows
 
 
@@ -76,7 +75,7 @@ def test_norm_output_trains_as_it_is_served(learnable: tuple[Path, Path], tmp_pa
     _, plain_losses = _run(target, data, tmp_path / "plain", norm_output=False)
     checkpoint = Path(normed["checkpoint"])
     assert json.loads((checkpoint / "config.json").read_text())["norm_output"] is True
-    embed = load_target_head(target, json.loads((target / "config.json").read_text())).embed
+    embed = load_target_head(target).embed
     assert load_drafter(checkpoint, target_embed=embed, device="cpu", dtype=torch.float32).norm_output
     report = diagnose(checkpoint, target=target)  # SGLang 0.5.14 serves norm_output: no error
     assert [f for f in report.findings if f.severity == Severity.ERROR] == []

@@ -131,13 +131,12 @@ def test_hidden_state_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("special", list(SPECIALS))
 def test_target_files_read_by_training_and_extraction(target: Path, special: str) -> None:
-    config = {"vocab_size": 256, "hidden_size": 32}
     weights = SPECIALS[special](target / "model.safetensors")
-    _refused(lambda: load_target_head(target, config), weights)
+    _refused(lambda: load_target_head(target), weights)
     _refused(lambda: load_target_model(target, dtype=torch.float32, device=torch.device("cpu")), weights)
     weights.unlink() if special != "folder" else weights.rmdir()
     index = SPECIALS[special](target / "model.safetensors.index.json")
-    _refused(lambda: load_target_head(target, config), index)
+    _refused(lambda: load_target_head(target), index)
     tokenizer = SPECIALS[special](target / "tokenizer.json")
     _refused(lambda: tokenizer_sha256(target), tokenizer)
 

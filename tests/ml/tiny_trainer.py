@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.target_head import TargetHead
@@ -34,7 +35,8 @@ def tiny_drafter() -> Eagle3Drafter:
 def tiny_trainer(attention: Any) -> Trainer:
     drafter = tiny_drafter()
     torch.manual_seed(2)
-    head = TargetHead(torch.randn(VOCAB, HIDDEN), torch.ones(HIDDEN), torch.randn(VOCAB, HIDDEN) * 3, 1e-6)
+    # loose tensors and a Llama final norm: the trainer's mechanics, not a checkpoint's head
+    head = TargetHead(torch.randn(VOCAB, HIDDEN), torch.randn(VOCAB, HIDDEN) * 3, LlamaRMSNorm(HIDDEN, 1e-6))
     drafter.set_target_embeddings(head.embed)
     settings = OptimSettings(
         lr=1e-3, warmup_steps=0, total_steps=10, schedule="constant", weight_decay=0.0, grad_clip=1.0

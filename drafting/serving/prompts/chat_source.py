@@ -28,9 +28,9 @@ def load_tokenizer(folder: str | Path) -> Any:
     if not has_tokenizer(folder):
         raise ValueError(f"{folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
     check_model_folder(folder, "tokenizer folder")  # transformers would block on a FIFO among its files
-    from transformers import AutoTokenizer
+    from drafting.ml.text_model import load_tokenizer as load_folder_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(folder))
+    return load_folder_tokenizer(folder)
 
 
 def raw_text_note(prompts: Sequence[Any], tokenizer_folder: str | Path | None) -> str | None:

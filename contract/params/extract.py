@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from contract.params.checkpoint import DEFAULT_SGLANG_VERSION, SGLANG_VERSION_PATTERN
 from contract.params.common import DataParallelParams, HostPath
 
 Dtype = Literal["bfloat16", "float16", "float32"]
@@ -27,6 +28,12 @@ class ExtractParams(DataParallelParams):
         min_length=3,
         max_length=3,
         description="HF hidden-state indices of the 3 aux layers (default SGLang's [2, N//2, N-3])",
+    )
+    sglang_version: str = Field(
+        DEFAULT_SGLANG_VERSION,
+        pattern=SGLANG_VERSION_PATTERN,
+        description="the SGLang release the draft will be served with: its target class decides which "
+        "states are stored at the aux layers and the ids the draft carries",
     )
     batch_size: int = Field(8, ge=1, le=1024, description="samples per forward (batched by length)")
     dtype: Dtype = Field("bfloat16", description="dtype of the target and of the stored states")

@@ -43,10 +43,12 @@ from torch import nn
 
 from drafting.ml import _attention
 from drafting.ml._checkpoint import load_drafter, save_drafter
-from drafting.ml._config import aux_layers_of, default_aux_layers, drafter_config
+from drafting.ml._config import aux_capture_of, aux_layers_of, default_aux_layers, drafter_config
 from drafting.ml._layers import DecoderLayer, RMSNorm, Rotary
 from drafting.ml.capture import aux_hidden_states
 from drafting.ml.packing import RowLayout
+from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
+from drafting.support_matrix import CaptureKind
 
 __all__ = [
     "Eagle3Drafter",
@@ -88,8 +90,16 @@ class Eagle3Drafter(nn.Module):
         draft_vocab_size: int,
         aux_layer_ids: list[int],
         norm_output: bool = False,
+        aux_capture: CaptureKind = CaptureKind.RESIDUAL_STREAM,
+        sglang_version: str = SGLANG_VERSION_ON_GPU_HOST,
     ) -> Eagle3Drafter:
-        config = drafter_config(target_config, draft_vocab_size=draft_vocab_size, aux_layer_ids=aux_layer_ids)
+        config = drafter_config(
+            target_config,
+            draft_vocab_size=draft_vocab_size,
+            aux_layer_ids=aux_layer_ids,
+            aux_capture=aux_capture,
+            sglang_version=sglang_version,
+        )
         if norm_output:  # written only when on: a config without it reads as SGLang's default, off
             config["norm_output"] = True
         return cls(config)
@@ -102,6 +112,11 @@ class Eagle3Drafter(nn.Module):
     def aux_layers(self) -> list[int]:
         """HF hidden-state indices of the target states this drafter reads."""
         return aux_layers_of(self.config)
+
+    @property
+    def aux_capture(self) -> CaptureKind:
+        """What those states are (the serving class's capture the drafter was trained on)."""
+        return aux_capture_of(self.config)
 
     @property
     def t2d(self) -> torch.Tensor:

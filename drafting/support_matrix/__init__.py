@@ -28,6 +28,7 @@ from drafting.support_matrix.rules import (
 from drafting.support_matrix.scan import CAPTURE_METHOD
 
 __all__ = [
+    "AUX_CAPTURE_KEY",
     "CAPTURE_METHOD",
     "CaptureKind",
     "DefaultLayers",
@@ -35,10 +36,28 @@ __all__ = [
     "TargetSupport",
     "support_for",
     "support_for_architecture",
+    "trained_capture",
 ]
 
 # What SGLang loads for an architecture it has no class for (models/registry.py `_normalize_archs`).
 FALLBACK_CLASS = "TransformersForCausalLM"
+# What eyas trained a draft on, in the draft's config.json beside SGLang's fields (SGLang reads only the keys
+# it knows): {"layers": HF indices, "captures": CaptureKind, "target_architecture", "sglang_version"}. The
+# doctor compares it with what the serving class captures for the saved ids; eval captures the same states.
+AUX_CAPTURE_KEY = "eyas_aux_capture"
+
+
+def trained_capture(draft_config: Mapping[str, Any]) -> tuple[list[int] | None, CaptureKind | None]:
+    """(layers, kind) eyas recorded in a draft config; (None, None) for a draft eyas did not train."""
+    recorded = draft_config.get(AUX_CAPTURE_KEY)
+    if not isinstance(recorded, dict):
+        return None, None
+    layers = recorded.get("layers")
+    kind = recorded.get("captures")
+    return (
+        [int(i) for i in layers] if isinstance(layers, list) else None,
+        CaptureKind(kind) if kind in {k.value for k in CaptureKind} else None,
+    )
 
 
 @dataclass(frozen=True)

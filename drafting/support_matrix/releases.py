@@ -3,9 +3,9 @@
 A table (`releases/sglang-X.Y.Z.json`) holds what `scan.scan_release` derives from that release's model
 sources (every EntryClass architecture, its module, the class defining its capture hook, a digest of the
 files) and what a person read in them: the capture rule of each hook class, with the modules read to get it
-and their digests. Where sglang is installed and the release asked about is the installed one, its own files answer
-(through the table when their digest matches it, else through a fresh scan); for any other release the
-recorded table of that release answers, or the nearest earlier one (said so).
+and their digests. Where sglang is installed and the release asked about is the installed one, its own
+files answer (through the table when their digest matches it, else through a fresh scan); for any other
+release the recorded table of that release answers, or the nearest earlier one (said so).
 """
 
 from __future__ import annotations

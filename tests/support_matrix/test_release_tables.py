@@ -7,12 +7,10 @@ tests fail until someone has read the changed capture code and recorded its rule
 
 from __future__ import annotations
 
-import ast
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -26,6 +24,7 @@ from drafting.support_matrix.releases import (
 )
 from drafting.support_matrix.rules import IdRule
 from drafting.support_matrix.scan import CAPTURE_METHOD, installed_models_dir, scan_release
+from tests.support_matrix.sglang_hooks import sglang_layers_to_capture
 
 MODELS = installed_models_dir()
 RELEASE = installed_release()
@@ -92,67 +91,6 @@ def test_hooks_resolve_through_bases_imports_and_entry_lists(tmp_path: Path) -> 
 
 # ---- The recorded id rules, run against the release's own method
 
-
-class _Layers(list[SimpleNamespace]):
-    pass
-
-
-def _model_stub(num_layers: int) -> SimpleNamespace:
-    stub = SimpleNamespace(layers_to_capture=None, capture_aux_hidden_states=False)
-    stub.layers = _Layers(SimpleNamespace() for _ in range(num_layers))
-
-    def set_layers(layers: list[int]) -> None:  # the inner models' setter (qwen2_moe, qwen3_next, …)
-        stub.layers_to_capture = list(layers)
-
-    stub.set_eagle3_layers_to_capture = set_layers
-    return stub
-
-
-def _sglang_method(models: Path, hook: str) -> Any:
-    """`hook`'s set_eagle3_layers_to_capture compiled from the release's source (no sglang import)."""
-    module, cls = hook.split(".")
-    tree = ast.parse((models / f"{module}.py").read_text(encoding="utf-8-sig"))
-    owner = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    method = next(n for n in owner.body if isinstance(n, ast.FunctionDef) and n.name == CAPTURE_METHOD)
-    last_rank = SimpleNamespace(is_last_rank=True)
-    names: dict[str, Any] = {
-        "Optional": Optional,
-        "List": list,
-        "get_pp_group": lambda: last_rank,
-        "get_parallel": lambda: SimpleNamespace(pp_group=last_rank),
-    }
-    # SGLang's own method, read from its installed files, run on stubs
-    exec(compile(ast.Module(body=[method], type_ignores=[]), f"{module}.py", "exec"), names)
-    return names[CAPTURE_METHOD]
-
-
-def _self_stub(models: Path, rules: dict[str, Any], hook: str, num_layers: int) -> SimpleNamespace:
-    config = SimpleNamespace(
-        num_hidden_layers=num_layers, text_config=SimpleNamespace(num_hidden_layers=num_layers)
-    )
-    stub = SimpleNamespace(
-        pp_group=SimpleNamespace(is_last_rank=True), config=config, model=_model_stub(num_layers)
-    )
-    delegate = rules[hook].get("delegates_to")
-    if delegate is None:
-        stub.language_model = _model_stub(num_layers)
-        return stub
-    inner = _self_stub(models, rules, delegate, num_layers)
-    method = _sglang_method(models, delegate)
-    stub.language_model = SimpleNamespace(
-        set_eagle3_layers_to_capture=lambda ids=None: method(inner, ids), model=inner.model
-    )
-    return stub
-
-
-def _captured(stub: SimpleNamespace) -> list[int]:
-    for holder in (stub.model, stub.language_model, getattr(stub.language_model, "model", None)):
-        layers = getattr(holder, "layers_to_capture", None)
-        if layers is not None:
-            return list(layers)
-    raise AssertionError("the method set no layers_to_capture")
-
-
 N = 8
 ID_LISTS = [None, [1, 3, 4], [2, 3, 4], [0, 3, 4], [3, 4, 5], [1, 4, N], [2, 5, 7]]
 
@@ -167,9 +105,10 @@ def test_every_recorded_id_rule_is_what_the_release_method_does() -> None:
         served = next(a for a, entry in table.architectures.items() if entry["hook"] == hook)
         answer = support_for_architecture(served, table.release)
         for ids in ID_LISTS:
-            stub = _self_stub(MODELS, table.rules, hook, N)
-            _sglang_method(MODELS, hook)(stub, ids)
-            assert _captured(stub) == answer.layers_for(ids, N), (hook, ids)
+            assert sglang_layers_to_capture(MODELS, table.rules, hook, ids, N) == answer.layers_for(ids, N), (
+                hook,
+                ids,
+            )
         checked += 1
     assert checked >= 25  # every hook class the release has, not a sample
 

@@ -10,6 +10,7 @@ make the class capture exactly the trained layers (run through SGLang's own meth
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,14 +20,20 @@ import pytest
 import torch
 import transformers
 from safetensors import safe_open
+from safetensors.torch import load_file
 from torch import nn
 
+from contract.params.extract import ExtractParams
 from drafting.ml._config import aux_capture_of, aux_layers_of, drafter_config
 from drafting.ml.capture import capture_hidden_states, decoder_of, extraction_indices
+from drafting.ml.hidden_store import hidden_path
+from drafting.stages import extract
+from drafting.stages.base import RecordingSink, StageContext
 from drafting.support_matrix import CaptureKind, support_for
 from drafting.support_matrix.releases import installed_release, recorded_tables
 from drafting.support_matrix.scan import installed_models_dir
 from tests import target_zoo as zoo
+from tests.ml.tiny import chat, write_jsonl
 from tests.support_matrix.sglang_hooks import sglang_layers_to_capture
 
 RELEASES = ("0.5.14", "0.5.23")
@@ -169,3 +176,42 @@ def test_a_deepseek_target_cannot_start_its_aux_layers_at_layer_one(zoo_root: Pa
     config: dict[str, Any] = json.loads((zoo_target(zoo_root, "deepseek_v3") / "config.json").read_text())
     with pytest.raises(ValueError, match="DeepseekV3ForCausalLM.*layer 1 cannot be the first aux layer"):
         drafter_config(config, draft_vocab_size=32, aux_layer_ids=[1, 4, 6])
+
+
+@pytest.mark.parametrize(
+    ("name", "release", "capture", "ids"),
+    [
+        ("gemma3_text", "0.5.14", CaptureKind.RESIDUAL_STREAM, [1, 3, 4]),
+        ("gemma3_text", "0.5.23", CaptureKind.BLOCK_BRANCH, [1, 3, 4]),
+        ("deepseek_v3", "0.5.14", CaptureKind.RESIDUAL_STREAM, [3, 4, 5]),
+    ],
+)
+def test_the_extract_stage_stores_what_the_release_captures(
+    zoo_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    release: str,
+    capture: CaptureKind,
+    ids: list[int],
+) -> None:
+    folder = zoo_target(zoo_root, name)
+    rng = random.Random(0)
+    data = write_jsonl(tmp_path / "data.jsonl", [chat(rng, turns=1, words=4) for _ in range(3)])
+    aux = [2, 4, 5] if ids == [1, 3, 4] else [3, 4, 5]
+    params = ExtractParams(
+        target=str(folder), data=str(data), output=str(tmp_path / "out"), aux_layers=aux, max_len=32,
+        dtype="float32", device="cpu", writer_threads=1, sglang_version=release,
+    )  # fmt: skip
+    extract.run(StageContext(work_dir=tmp_path, sink=RecordingSink()), params)
+    manifest = json.loads((tmp_path / "out" / "eyas_manifest.json").read_text())
+    assert manifest["aux_capture"] == capture.value
+    assert manifest["sglang_version"] == release
+    assert manifest["sglang_aux_layer_ids"] == ids
+    serving_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("serving:"))
+    assert f"in SGLang {release}" in serving_line
+    model = load_text_model(folder)
+    stored = load_file(hidden_path(tmp_path / "out", 0))
+    with torch.no_grad():
+        expected = expected_states(model, stored["token_ids"][None], aux, capture)[0]
+    torch.testing.assert_close(stored["hidden_states"], expected, rtol=1e-5, atol=1e-5)

@@ -144,8 +144,11 @@ def support_for(config: Mapping[str, Any], release: str) -> TargetSupport | None
     return support_for_architecture(arch, release) if arch else None
 
 
-def support_for_architecture(architecture: str, release: str) -> TargetSupport:
-    answering = table_for(release)
+def support_for_architecture(
+    architecture: str, release: str, answering: AnsweringTable | None = None
+) -> TargetSupport:
+    """`architecture` in `release`, answered by `table_for(release)` unless a table is given."""
+    answering = answering or table_for(release)
     entry = answering.table.architectures.get(architecture)
     if entry is None:
         return _support(answering, architecture, None, None)

@@ -15,7 +15,7 @@ from drafting.checkpoint.target import ROPE_KEYS, TargetModel
 from drafting.checkpoint.tensor_checks import strip_trainer_prefixes
 from drafting.checkpoint.view import SPECULATORS_LAYER_CONFIG, is_speculators_config
 from drafting.sglang_facts import DRAFT_ARCHITECTURE, UNUSED_BY_SGLANG, context_length
-from drafting.support_matrix import support_for_architecture
+from drafting.support_matrix import AUX_CAPTURE_KEY, support_for_architecture
 
 # speculators-only keys with no meaning to SGLang.
 _SPECULATORS_ONLY = (
@@ -146,6 +146,9 @@ def _move_aux_ids(
     eagle["eagle_aux_hidden_state_layer_ids"] = ids
     eagle.setdefault("use_aux_hidden_state", True)
     changes.set(config, "eagle_config", eagle, f"speculators' ids {layers}: {why}")
+    if AUX_CAPTURE_KEY not in config:  # the layers it trained on, which a class's own id rule hides
+        trained = {"layers": sorted(int(i) for i in layers)}
+        changes.set(config, AUX_CAPTURE_KEY, trained, "the layers speculators' ids name")
 
 
 def _adopt_target(config: dict[str, Any], target: TargetModel, changes: _Changes) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drafting.checkpoint import diagnose
+from drafting.checkpoint import diagnose, fix_checkpoint
 from drafting.checkpoint.report import DoctorReport, Finding, Severity
 from drafting.support_matrix import AUX_CAPTURE_KEY
 from tests import target_zoo as zoo
@@ -129,3 +129,24 @@ def test_the_doctor_command_refuses_a_mixtral_target_without_a_traceback(root: P
     assert "TARGET_EAGLE3_UNSUPPORTED" in done.stdout
     assert "SGLang 0.5.14 cannot serve EAGLE-3 for MixtralForCausalLM" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "ids"), [("deepseek_v3", [3, 4, 5]), ("kimi_k25", [3, 4, 5]), ("llama", [2, 3, 4])]
+)
+def test_fix_keys_moves_speculators_ids_by_the_target_class_rule(
+    root: Path, name: str, ids: list[int]
+) -> None:
+    """speculators writes HF indices at the top level; fix_keys writes the ids under which the target's class
+    captures those layers."""
+    source = draft(root, name, "0.5.14", "-speculators-ids")
+    config = json.loads((source / "config.json").read_text())
+    del config["eagle_config"], config[AUX_CAPTURE_KEY]
+    config["eagle_aux_hidden_state_layer_ids"] = [3, 4, 5]
+    (source / "config.json").write_text(json.dumps(config))
+    (root / "fixed").mkdir(exist_ok=True)
+    dest = root / "fixed" / name
+    report = fix_checkpoint(source, dest, target=target(root, name), sglang_version="0.5.14")
+    written = json.loads((dest / "config.json").read_text())
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == ids
+    assert ours(report.doctor) == [], report.doctor.render_text()

@@ -3,10 +3,12 @@
 Stable API (other helpers build on it; keep these signatures):
 
 * ``Eagle3Drafter.from_target_config(target_config: dict, *, draft_vocab_size: int,
-  aux_layer_ids: list[int])`` builds a randomly initialised drafter for a target (hidden size, heads,
-  rope, vocab all from the target).
+  aux_layer_ids: list[int], aux_capture=RESIDUAL_STREAM, sglang_version=0.5.14)`` builds a randomly
+  initialised drafter for a target (hidden size, heads, rope, vocab all from the target).
   ``aux_layer_ids`` are **HF ``output_hidden_states`` indices** (default ``[2, N//2, N-3]``, see
-  ``default_aux_layers``); config.json stores SGLang's ids (index - 1) in ``eagle_config``.
+  ``default_aux_layers``); config.json stores the ids under which the target's class in that SGLang release
+  captures them (index - 1 for most, DeepSeek's own rule for its family: the support matrix) in
+  ``eagle_config``, and the layers and capture trained on under ``eyas_aux_capture``.
 * ``load_drafter(folder, *, target_embed, device, dtype) -> Eagle3Drafter`` reads ``config.json`` +
   ``model.safetensors`` (the target's embedding matrix is passed in: it is frozen and never saved).
 * ``save_drafter(model, folder, *, target_config) -> None`` writes ``config.json`` + ``model.safetensors``

@@ -11,7 +11,7 @@ eyas's extraction, the drafter config, the doctor and the launch checks all ask 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from drafting.support_matrix.releases import AnsweringTable, table_for
@@ -79,10 +79,6 @@ class TargetSupport:
     @property
     def serves_eagle3(self) -> bool:
         return self.hook is not None
-
-    @property
-    def rule_known(self) -> bool:
-        return self.id_rule is not None
 
     @property
     def known(self) -> bool:
@@ -174,15 +170,13 @@ def _with_rule(answering: AnsweringTable, arch: str, module: str, hook: str) -> 
     base = _support(answering, arch, module, hook)
     if "ids" not in rule:
         why = rule.get("unreadable") or f"the capture rule of {hook} has not been read for this release"
-        return TargetSupport(**{**base.__dict__, "rule_note": str(why)})
+        return replace(base, rule_note=str(why))
     note = "" if module in read else f"rule read in {hook}'s sources, not in models/{module}.py"
-    return TargetSupport(
-        **{
-            **base.__dict__,
-            "id_rule": IdRule(rule["ids"]),
-            "captures": CaptureKind(rule["captures"]),
-            "default": DefaultLayers(rule["default"]),
-            "rule_read": module in read,
-            "rule_note": note,
-        }
+    return replace(
+        base,
+        id_rule=IdRule(rule["ids"]),
+        captures=CaptureKind(rule["captures"]),
+        default=DefaultLayers(rule["default"]),
+        rule_read=module in read,
+        rule_note=note,
     )

@@ -31,8 +31,11 @@ Columns:
 - **captures**: the tensor stored before layer id+1. The residual stream is HF's `output_hidden_states`;
   Gemma3 in 0.5.23 stores the output of layer id's `post_feedforward_layernorm` without the residual.
 - **default**: the layers captured when the draft config names no ids.
-- **text model**: the input embedding's name as transformers saves the class (its head is `lm_head.weight`);
-  "not in transformers" for a class transformers does not ship under that name. A config with `auto_map`
+- **text model**: the input embedding's parameter name in transformers' class as loaded (its head is
+  `lm_head.weight`); "not in transformers" for a class transformers does not ship under that name. A
+  checkpoint may store it under an older name that transformers renames on load (its conversion_mapping.py):
+  transformers 5's `save_pretrained` writes Llava-style and Gemma3 multimodal text models as
+  `language_model.model.*`, as Kimi-K2.5's checkpoint does. A config with `auto_map`
   needs its own code only when transformers knows neither the architecture nor its model type (nor, for a
   wrapper, its text model's): for Kimi-K2.5 the text model is DeepSeek-V3, which transformers ships.
 - **rule read**: the rule was read in the class's own module too, not only in its hook class's.

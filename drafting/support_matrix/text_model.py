@@ -2,10 +2,12 @@
 needs the checkpoint's own code.
 
 Read from the installed transformers: a class it ships under the target's architecture name names its input
-embedding in `_tied_weights_keys` (the head is `lm_head.weight`), as `save_pretrained` writes them (a
-multimodal class keeps its text model under `model.language_model.`). A config with `auto_map` names code of
-the checkpoint's own; it must run only where transformers ships neither the architecture nor its model type
-(nor the text model's, for a wrapper).
+embedding in `_tied_weights_keys` (the head is `lm_head.weight`): the parameter's name in the loaded model
+(a multimodal class keeps its text model under `model.language_model.`). Checkpoints may store it under an
+older name that transformers' conversion_mapping.py renames on load: transformers 5's own `save_pretrained`
+writes Llava-style and Gemma3 multimodal weights as `language_model.model.*`. A config with `auto_map` names
+code of the checkpoint's own; it must run only where transformers ships neither the architecture nor its
+model type (nor the text model's, for a wrapper).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class RemoteCode(StrEnum):
 class TextPlacement:
     nested_config: str | None  # "text_config" when the text model's fields are nested there
     transformers_class: str | None  # the class transformers ships under the architecture's name
-    embedding: str | None  # the input embedding's parameter name as transformers saves it
+    embedding: str | None  # the input embedding's parameter name in transformers' loaded model
     head: str | None
     remote_code: RemoteCode
 
@@ -53,7 +55,8 @@ def ships(architecture: str) -> bool:
 
 @functools.cache
 def class_weights(architecture: str) -> tuple[str | None, str | None]:
-    """(embedding, head) parameter names of transformers' class `architecture`; (None, None) without one."""
+    """(embedding, head) parameter names in transformers' class `architecture` as loaded; (None, None)
+    without one."""
     if architecture not in _transformers_names():
         return None, None
     import transformers

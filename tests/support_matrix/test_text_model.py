@@ -1,4 +1,4 @@
-"""The transformers side of the matrix, against the zoo's checkpoints as transformers 5 saves them."""
+"""The transformers side of the matrix, against the zoo's checkpoints loaded by transformers 5."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import transformers
 from safetensors import safe_open
 
 from drafting.support_matrix.text_model import RemoteCode, placement
@@ -31,7 +32,11 @@ def test_the_embedding_is_where_the_saved_checkpoint_has_it(root: Path, name: st
     config = json.loads((folder / "config.json").read_text())
     found = placement(config)
     assert found.transformers_class == config["architectures"][0]
-    assert found.embedding in saved_names(folder)
+    model = getattr(transformers, config["architectures"][0]).from_pretrained(str(folder))
+    assert found.embedding in dict(model.named_parameters())
+    assert model.get_input_embeddings().weight is model.get_parameter(found.embedding)
+    if "text_config" in config:  # stored under the older name, which transformers renames on load
+        assert "language_model.model.embed_tokens.weight" in saved_names(folder)
     assert found.head == "lm_head.weight"
     assert found.remote_code is RemoteCode.NONE
     assert (found.nested_config == "text_config") is ("text_config" in config)

@@ -65,15 +65,8 @@ TRAINER_PREFIXES = ("draft_model.", "module.", "_orig_mod.", "_fsdp_wrapped_modu
 # Tensors trainers save that no SGLang release uses: dropped by fix_keys.
 UNUSED_BY_SGLANG = ("t2d", "verifier_lm_head.weight", "verifier_norm.weight")
 
-# Target families whose `set_eagle3_layers_to_capture` does not simply add 1 to every id
-# (sglang models/deepseek_v2.py adds 1 only when ids[0] == 1; gpt_oss.py keeps raw ids that reach
-# num_layers). Explicit ids for these targets deserve a second look.
-TARGETS_WITH_OWN_ID_RULES = (
-    "DeepseekV2ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "KimiK25ForConditionalGeneration",
-    "GptOssForCausalLM",
-)
+# What each target class does with a draft's aux-layer ids, and what it captures, is in the support matrix
+# (drafting/support_matrix, read per release from SGLang's model classes).
 
 
 @dataclass(frozen=True)

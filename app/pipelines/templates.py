@@ -66,7 +66,7 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
         StepPlan(
             "extract",
             "extract",
-            {**spec.extract, "target": spec.target, "data": data, "output": hidden},
+            {**extract_params(spec), "target": spec.target, "data": data, "output": hidden},
             refs=extract_refs,
         )
     )
@@ -101,6 +101,13 @@ def eagle3_plan(spec: Eagle3PipelineCreate, root: str) -> list[StepPlan]:
         )
     )
     return plans
+
+
+def extract_params(spec: Eagle3PipelineCreate) -> dict[str, Any]:
+    """extract's params: what the class captures depends on the SGLang release the draft is served with, so
+    a release named for fix_keys (the release its doctor checks) is extract's too unless extract names one."""
+    release = spec.fix_keys.get("sglang_version")
+    return {**({"sglang_version": release} if release is not None else {}), **spec.extract}
 
 
 def _serve_held_out_plan(
@@ -209,5 +216,5 @@ def _held_out_plan(
             params["holdout_prompts"] = holdout
         answered.append(StepPlan("generate_held_out", "generate", params))
         refs = {"data": ("generate_held_out", "conversations")}
-    extract = {**spec.extract, "target": spec.target, "data": conversations, "output": states}
+    extract = {**extract_params(spec), "target": spec.target, "data": conversations, "output": states}
     return answered, [StepPlan("extract_held_out", "extract", extract, refs=refs)]

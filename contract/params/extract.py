@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from contract.params.checkpoint import DEFAULT_SGLANG_VERSION, SGLANG_VERSION_PATTERN
 from contract.params.common import DataParallelParams, HostPath, OutputPath
 
 Dtype = Literal["bfloat16", "float16", "float32"]
@@ -65,6 +66,12 @@ class ExtractParams(DataParallelParams):
         max_length=3,
         description="HF hidden-state indices of the 3 aux layers (default SGLang's [2, N//2, N-3])",
     )
+    sglang_version: str = Field(
+        DEFAULT_SGLANG_VERSION,
+        pattern=SGLANG_VERSION_PATTERN,
+        description="the SGLang release the draft will be served with: its target class decides which "
+        "states are stored at the aux layers and the ids the draft carries",
+    )
     batch_size: int = Field(8, ge=1, le=1024, description="samples per forward (batched by length)")
     dtype: Dtype = Field("bfloat16", description="dtype of the target and of the stored states")
     limit: int | None = Field(None, ge=1, description="stop after this many usable samples")
@@ -99,6 +106,13 @@ class ExtractParams(DataParallelParams):
             return self
         if self.device != "cuda":
             raise ValueError("backend sglang runs SGLang's model classes on CUDA GPUs: device must be cuda")
+        if self.sglang_version.lstrip("v").split(".post")[0] != DEFAULT_SGLANG_VERSION:
+            # The capture runs the installed release's classes, which the stage checks is this one: states
+            # stored for another release's capture rule would not be what they claim.
+            raise ValueError(
+                f"backend sglang captures with SGLang {DEFAULT_SGLANG_VERSION}, the release whose in-process "
+                f"API it calls; sglang_version {self.sglang_version} would record another release's capture"
+            )
         if self.ranks is not None and self.ranks != self.tp_size:
             raise ValueError(
                 f"ranks is {self.ranks} but tp_size is {self.tp_size}: backend sglang runs one rank per GPU "

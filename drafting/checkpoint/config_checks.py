@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 from drafting.checkpoint.layout import aux_layer_ids
 from drafting.checkpoint.report import Finding, Severity
 from drafting.checkpoint.target import effective_rope
+from drafting.checkpoint.target_checks import target_support
 from drafting.checkpoint.view import DraftView, is_speculators_config
-from drafting.sglang_facts import (
-    DRAFT_ARCHITECTURE,
-    NORM_BEFORE_RESIDUAL,
-    RULES,
-    TARGETS_WITH_OWN_ID_RULES,
-    format_version,
-)
+from drafting.sglang_facts import DRAFT_ARCHITECTURE, NORM_BEFORE_RESIDUAL, RULES, format_version
 
 FIX_KEYS = "run `eyas fix-keys SRC DST --target TARGET`"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - reads like the report
@@ -241,16 +237,9 @@ def check_aux_layer_ids(view: DraftView) -> Iterator[Finding]:
             f"{len(ids)} aux layers: SGLang {view.version} always feeds 3",
             "serve with 0.5.12+",
         )
-    target = view.target
-    if target is None:
-        return
-    if target.architectures and target.architectures[0] in TARGETS_WITH_OWN_ID_RULES:
-        yield Finding(
-            W,
-            "AUX_LAYER_IDS",
-            f"{target.architectures[0]} applies its own id convention in SGLang, not simply id + 1",
-            "check which layers this target captures for these ids",
-        )
+    target, support = view.target, target_support(view)
+    if target is None or (support is not None and support.id_rule is not None):
+        return  # the serving class's own rule is checked by target_checks.check_aux_capture
     bad = [i for i in ids if not -1 <= i <= target.num_layers - 2]
     if bad:
         yield Finding(
@@ -269,7 +258,12 @@ def _top_level_ids(view: DraftView, ids: list[int]) -> Iterator[Finding]:
     default = [2, n // 2, n - 3] if n else None
     if default is not None and ids == default:
         return
+    support = target_support(view)
     sglang_ids = [i - 1 for i in ids]
+    if support is not None and support.id_rule is not None:
+        # on ValueError the shifted ids stay the suggestion: the class cannot capture these layers anyway
+        with contextlib.suppress(ValueError):
+            sglang_ids = support.ids_for(ids)
     yield Finding(
         E if target else W,
         "AUX_LAYER_IDS",

@@ -15,6 +15,7 @@ from drafting.checkpoint.target import ROPE_KEYS, TargetModel
 from drafting.checkpoint.tensor_checks import strip_trainer_prefixes
 from drafting.checkpoint.view import SPECULATORS_LAYER_CONFIG, is_speculators_config
 from drafting.sglang_facts import DRAFT_ARCHITECTURE, UNUSED_BY_SGLANG, context_length
+from drafting.support_matrix import AUX_CAPTURE_KEY, support_for_architecture
 
 # speculators-only keys with no meaning to SGLang.
 _SPECULATORS_ONLY = (
@@ -52,7 +53,10 @@ class _Changes(list[str]):
 
 
 def build_sglang_config(
-    source: Mapping[str, Any], target: TargetModel | None, tensors: Mapping[str, TensorEntry]
+    source: Mapping[str, Any],
+    target: TargetModel | None,
+    tensors: Mapping[str, TensorEntry],
+    sglang_version: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The config SGLang's LlamaForCausalLMEagle3 reads, and a line per change made."""
     changes = _Changes()
@@ -67,7 +71,8 @@ def build_sglang_config(
     if "tie_word_embeddings" not in config:
         changes.set(config, "tie_word_embeddings", False, "EAGLE-3 drafts own their lm_head")
     if isinstance(config.get("eagle_aux_hidden_state_layer_ids"), list):
-        _move_aux_ids(config, config.pop("eagle_aux_hidden_state_layer_ids"), changes)
+        ids = config.pop("eagle_aux_hidden_state_layer_ids")
+        _move_aux_ids(config, ids, _serving_ids(ids, target, sglang_version), changes)
     if target is not None:
         _adopt_target(config, target, changes)
     _state_dtype(config, target, tensors, changes)
@@ -114,14 +119,36 @@ def _state_dtype(
         changes.set(config, key, dtype, why)
 
 
-def _move_aux_ids(config: dict[str, Any], ids: list[int], changes: _Changes) -> None:
-    """speculators' ids are HF hidden_states indices; SGLang's count decoder-layer outputs (one less)."""
+def _serving_ids(
+    layers: list[int], target: TargetModel | None, sglang_version: str | None
+) -> tuple[list[int], str]:
+    """The ids under which the target's SGLang class captures `layers` (speculators' HF indices), and why:
+    one less for most classes; the class's own rule where the support matrix knows it (DeepSeek's)."""
+    shifted = [int(i) - 1 for i in layers]
+    if target is None or not target.architectures or sglang_version is None:
+        return shifted, "shifted by one to SGLang's convention"
+    support = support_for_architecture(target.architectures[0], sglang_version)
+    try:
+        ids = support.ids_for([int(i) for i in layers]) if support.id_rule else shifted
+    except ValueError:
+        return shifted, "shifted by one (the target's class cannot capture these layers: see the doctor)"
+    if ids == shifted:
+        return ids, "shifted by one to SGLang's convention"
+    return ids, f"the ids under which SGLang {support.release}'s {support.architecture} captures them"
+
+
+def _move_aux_ids(
+    config: dict[str, Any], layers: list[int], serving: tuple[list[int], str], changes: _Changes
+) -> None:
+    """speculators' ids are HF hidden_states indices; SGLang's are what `_serving_ids` gives."""
+    ids, why = serving
     eagle = dict(config.get("eagle_config") or {})
-    eagle["eagle_aux_hidden_state_layer_ids"] = [int(i) - 1 for i in ids]
+    eagle["eagle_aux_hidden_state_layer_ids"] = ids
     eagle.setdefault("use_aux_hidden_state", True)
-    changes.set(
-        config, "eagle_config", eagle, f"speculators' ids {ids} shifted by one to SGLang's convention"
-    )
+    changes.set(config, "eagle_config", eagle, f"speculators' ids {layers}: {why}")
+    if AUX_CAPTURE_KEY not in config:  # the layers it trained on, which a class's own id rule hides
+        trained = {"layers": sorted(int(i) for i in layers)}
+        changes.set(config, AUX_CAPTURE_KEY, trained, "the layers speculators' ids name")
 
 
 def _adopt_target(config: dict[str, Any], target: TargetModel, changes: _Changes) -> None:

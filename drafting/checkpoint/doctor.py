@@ -15,6 +15,7 @@ from drafting.checkpoint.errors import CheckpointError, PickleWeightsError
 from drafting.checkpoint.report import DoctorReport, Finding, Severity
 from drafting.checkpoint.source import open_checkpoint
 from drafting.checkpoint.target import TargetModel, load_target
+from drafting.checkpoint.target_checks import TARGET_CHECKS
 from drafting.checkpoint.tensor_checks import TENSOR_CHECKS
 from drafting.checkpoint.view import DraftView
 from drafting.sglang_facts import VERIFIED_UP_TO, format_version, is_verified, parse_version, rules_for
@@ -73,7 +74,7 @@ def run_checks(view: DraftView, report: DoctorReport | None = None) -> DoctorRep
                 "the last release read",
             )
         )
-    for check in (*CONFIG_CHECKS, *TENSOR_CHECKS, *DTYPE_CHECKS):
+    for check in (*TARGET_CHECKS, *CONFIG_CHECKS, *TENSOR_CHECKS, *DTYPE_CHECKS):
         report.findings.extend(check(view))
     report.summary = {
         "tensors": len(view.tensors),

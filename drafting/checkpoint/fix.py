@@ -81,7 +81,7 @@ def _convert(
         checkpoint = _open_source(source, work, allow_pickle)
         report = FixReport(str(source), str(dest), version, written=False)
         config, report.config_changes = build_sglang_config(
-            checkpoint.config, target_model, checkpoint.tensors
+            checkpoint.config, target_model, checkpoint.tensors, version
         )
         report.moves = plan_tensors(checkpoint.tensors, config)
         planned = {m.dest: replace(checkpoint.tensors[m.source], name=m.dest) for m in report.moves if m.dest}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
+from drafting.support_matrix import AUX_CAPTURE_KEY, CaptureKind, TargetSupport, support_for, trained_capture
+
 DRAFTER_ARCHITECTURE = "LlamaForCausalLMEagle3"
 NUM_AUX_LAYERS = 3
 
@@ -55,17 +58,59 @@ def _rope_fields(text: dict[str, Any]) -> dict[str, Any]:
     return {"rope_theta": theta, "rope_scaling": legacy_scaling, "rope_parameters": parameters}
 
 
+def serving_support(target_config: dict[str, Any], sglang_version: str) -> TargetSupport | None:
+    """The support matrix's answer for the target's class in that SGLang release (None: no architectures)."""
+    return support_for(target_config, sglang_version)
+
+
+def serving_ids(target_config: dict[str, Any], aux_layers: list[int], sglang_version: str) -> list[int]:
+    """The `eagle_aux_hidden_state_layer_ids` that make the target's SGLang class capture exactly
+    `aux_layers` (HF indices): index - 1 for most classes, DeepSeek's own rule for its family.
+    ValueError when the class cannot capture them."""
+    support = serving_support(target_config, sglang_version)
+    if support is None or support.id_rule is None:
+        return [i - 1 for i in sorted(aux_layers)]
+    try:
+        return support.ids_for(aux_layers)
+    except ValueError as exc:
+        raise ValueError(f"aux_layers {sorted(aux_layers)} for {support.architecture}: {exc}") from None
+
+
+def serving_capture(
+    target_config: dict[str, Any], aux_layers: list[int], sglang_version: str
+) -> tuple[CaptureKind, list[int], str]:
+    """What extraction must store for the serving class: (capture kind, the ids the draft will carry, a
+    line saying what SGLang does with this target). ValueError when the class cannot capture `aux_layers`;
+    a class SGLang cannot serve with EAGLE-3 (or whose rule eyas has not read) is said in the line, and the
+    residual stream is stored (what the reference engine and a later release may serve)."""
+    support = serving_support(target_config, sglang_version)
+    ids = serving_ids(target_config, aux_layers, sglang_version)
+    if support is None:
+        return CaptureKind.RESIDUAL_STREAM, ids, "the target config names no architectures"
+    if support.captures is None:
+        warning = support.refusal() or support.unknown_rule()
+        return CaptureKind.RESIDUAL_STREAM, ids, f"warning: {warning}; storing the residual stream"
+    return support.captures, ids, f"{support.describe()} (ids {ids}; {support.origin})"
+
+
 def drafter_config(
-    target_config: dict[str, Any], *, draft_vocab_size: int, aux_layer_ids: list[int]
+    target_config: dict[str, Any],
+    *,
+    draft_vocab_size: int,
+    aux_layer_ids: list[int],
+    aux_capture: CaptureKind = CaptureKind.RESIDUAL_STREAM,
+    sglang_version: str = SGLANG_VERSION_ON_GPU_HOST,
 ) -> dict[str, Any]:
     """config.json for a one-layer EAGLE-3 drafter of this target (hidden size = the target's).
 
-    `aux_layer_ids` are HF hidden-state indices; the config stores SGLang's ids (index - 1) under
-    `eagle_config.eagle_aux_hidden_state_layer_ids`, because SGLang adds 1 back when it picks capture points.
+    `aux_layer_ids` are HF hidden-state indices, captured as `aux_capture` says; the config stores the ids
+    under which the target's class in `sglang_version` captures those layers (`serving_ids`) under
+    `eagle_config.eagle_aux_hidden_state_layer_ids`, and what was trained on under AUX_CAPTURE_KEY.
     """
     text = text_config(target_config)
     num_layers, vocab = int(text["num_hidden_layers"]), int(text["vocab_size"])
     aux = check_aux_layers(list(aux_layer_ids), num_layers)
+    ids = serving_ids(target_config, aux, sglang_version)
     if not 0 < draft_vocab_size <= vocab:
         raise ValueError(f"draft_vocab_size {draft_vocab_size} must be in 1..{vocab} (the target vocab)")
     heads = int(text["num_attention_heads"])
@@ -89,9 +134,12 @@ def drafter_config(
         # transformers 5 writes `dtype`, 4.x `torch_dtype`; SGLang and transformers 5 read `dtype` first.
         "torch_dtype": str(text.get("dtype") or text.get("torch_dtype") or "bfloat16"),
         "dtype": str(text.get("dtype") or text.get("torch_dtype") or "bfloat16"),
-        "eagle_config": {
-            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in aux],
-            "use_aux_hidden_state": True,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+        AUX_CAPTURE_KEY: {
+            "layers": aux,
+            "captures": CaptureKind(aux_capture).value,
+            "target_architecture": (target_config.get("architectures") or [None])[0],
+            "sglang_version": sglang_version,
         },
         **_rope_fields(text),
     }
@@ -99,5 +147,15 @@ def drafter_config(
 
 
 def aux_layers_of(config: dict[str, Any]) -> list[int]:
-    """HF hidden-state indices the drafter expects (inverse of the `index - 1` stored in the config)."""
+    """HF hidden-state indices the drafter was trained on: as eyas recorded them, else read from SGLang's ids
+    by the usual convention (id + 1)."""
+    layers, _ = trained_capture(config)
+    if layers is not None:
+        return layers
     return [int(i) + 1 for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
+
+
+def aux_capture_of(config: dict[str, Any]) -> CaptureKind:
+    """What the drafter's aux states were: as eyas recorded it, else the residual stream (HF's states)."""
+    _, kind = trained_capture(config)
+    return kind or CaptureKind.RESIDUAL_STREAM

@@ -1,11 +1,14 @@
-"""Capturing a HF target's hidden states where SGLang's EAGLE-3 capture takes them.
+"""Capturing a HF target's hidden states where SGLang's EAGLE-3 capture takes them, as its class does.
 
-HF index i of `output_hidden_states` is the output of decoder layer i-1 (index 0 = the embeddings),
-which is the *input* of layer i: exactly what SGLang's target stores for `layers_to_capture` (the
-pre-norm residual stream).
-The last state eyas stores is the output of the final decoder layer *before* the final norm (what speculators'
-trainer expects; it applies the frozen norm and lm_head itself). HF's own `hidden_states[-1]` is post-norm, so
-this module reads the layers with forward hooks instead, which also avoids keeping all N+1 states alive.
+HF index i of `output_hidden_states` is the output of decoder layer i-1 (index 0 = the embeddings), which
+is the *input* of layer i: what most SGLang targets store for `layers_to_capture` i (the pre-norm residual
+stream, `CaptureKind.RESIDUAL_STREAM`). Some classes store another tensor there (the support matrix says
+which, per release): Gemma3 in SGLang 0.5.23 stores layer i-1's post-feedforward branch without the
+residual (`CaptureKind.BLOCK_BRANCH`), read here from the output of that layer's
+`post_feedforward_layernorm`. The last state eyas stores (index N) is the output of the final decoder
+layer *before* the final norm, whatever the kind (the trainer applies the frozen norm and lm_head itself).
+HF's own `hidden_states[-1]` is post-norm, so this module reads the layers with forward hooks instead, which
+also avoids keeping all N+1 states alive.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from torch import nn
 
 from drafting.ml._config import default_aux_layers
+from drafting.support_matrix.rules import BLOCK_BRANCH_MODULE, CaptureKind
 
 
 def decoder_of(target_model: nn.Module) -> nn.Module:
@@ -41,14 +45,23 @@ def num_decoder_layers(target_model: nn.Module) -> int:
 
 
 @contextmanager
-def capture_layers(target_model: nn.Module, indices: list[int]) -> Iterator[dict[int, torch.Tensor]]:
-    """Hooks that fill `{hf_index: hidden [B, S, T]}` during a forward of the target."""
+def capture_layers(
+    target_model: nn.Module, indices: list[int], kind: CaptureKind = CaptureKind.RESIDUAL_STREAM
+) -> Iterator[dict[int, torch.Tensor]]:
+    """Hooks that fill `{hf_index: hidden [B, S, T]}` during a forward of the target.
+
+    `kind` says what an index below N names (the serving class's capture); index 0 is the embeddings and
+    index N the final pre-norm state for every kind.
+    """
     layers = decoder_layers(target_model)
     captured: dict[int, torch.Tensor] = {}
     handles = []
     for index in indices:
         if index == 0:
             handles.append(layers[0].register_forward_pre_hook(_store_input(captured, 0), with_kwargs=True))
+        elif kind is CaptureKind.BLOCK_BRANCH and index < len(layers):
+            branch = _branch_module(layers[index - 1], index - 1)
+            handles.append(branch.register_forward_hook(_store_output(captured, index)))
         else:
             handles.append(layers[index - 1].register_forward_hook(_store_output(captured, index)))
     try:
@@ -56,6 +69,16 @@ def capture_layers(target_model: nn.Module, indices: list[int]) -> Iterator[dict
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _branch_module(layer: nn.Module, number: int) -> nn.Module:
+    branch = getattr(layer, BLOCK_BRANCH_MODULE, None)
+    if not isinstance(branch, nn.Module):
+        raise TypeError(
+            f"decoder layer {number} ({type(layer).__name__}) has no `{BLOCK_BRANCH_MODULE}`: the serving "
+            "class captures the block branch, which eyas reads from that module's output"
+        )
+    return branch
 
 
 def _store_output(captured: dict[int, torch.Tensor], index: int) -> Any:
@@ -77,9 +100,10 @@ def capture_hidden_states(
     input_ids: torch.Tensor,
     indices: list[int],
     attention_mask: torch.Tensor | None = None,
+    kind: CaptureKind = CaptureKind.RESIDUAL_STREAM,
 ) -> torch.Tensor:
     """[B, S, len(indices), T]: the target's hidden states at the given HF indices (call under no_grad)."""
-    with capture_layers(target_model, indices) as captured:
+    with capture_layers(target_model, indices, kind) as captured:
         decoder_of(target_model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     return torch.stack([captured[i] for i in indices], dim=2)
 
@@ -95,8 +119,9 @@ def aux_hidden_states(
     *,
     aux_layers: list[int] | None = None,
     attention_mask: torch.Tensor | None = None,
+    kind: CaptureKind = CaptureKind.RESIDUAL_STREAM,
 ) -> torch.Tensor:
     """[B, n, 3T]: low‖mid‖high aux states, the drafter's `fc` input (default indices [2, N//2, N-3])."""
     layers = aux_layers or default_aux_layers(num_decoder_layers(target_model))
-    states = capture_hidden_states(target_model, input_ids, layers, attention_mask)
+    states = capture_hidden_states(target_model, input_ids, layers, attention_mask, kind)
     return states.flatten(2)

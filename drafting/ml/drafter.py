@@ -3,10 +3,12 @@
 Stable API (other helpers build on it; keep these signatures):
 
 * ``Eagle3Drafter.from_target_config(target_config: dict, *, draft_vocab_size: int,
-  aux_layer_ids: list[int])`` builds a randomly initialised drafter for a target (hidden size, heads,
-  rope, vocab all from the target).
+  aux_layer_ids: list[int], aux_capture=RESIDUAL_STREAM, sglang_version=0.5.14)`` builds a randomly
+  initialised drafter for a target (hidden size, heads, rope, vocab all from the target).
   ``aux_layer_ids`` are **HF ``output_hidden_states`` indices** (default ``[2, N//2, N-3]``, see
-  ``default_aux_layers``); config.json stores SGLang's ids (index - 1) in ``eagle_config``.
+  ``default_aux_layers``); config.json stores the ids under which the target's class in that SGLang release
+  captures them (index - 1 for most, DeepSeek's own rule for its family: the support matrix) in
+  ``eagle_config``, and the layers and capture trained on under ``eyas_aux_capture``.
 * ``load_drafter(folder, *, target_embed, device, dtype) -> Eagle3Drafter`` reads ``config.json`` +
   ``model.safetensors`` (the target's embedding matrix is passed in: it is frozen and never saved).
 * ``save_drafter(model, folder, *, target_config) -> None`` writes ``config.json`` + ``model.safetensors``
@@ -43,10 +45,12 @@ from torch import nn
 
 from drafting.ml import _attention
 from drafting.ml._checkpoint import load_drafter, save_drafter
-from drafting.ml._config import aux_layers_of, default_aux_layers, drafter_config
+from drafting.ml._config import aux_capture_of, aux_layers_of, default_aux_layers, drafter_config
 from drafting.ml._layers import DecoderLayer, RMSNorm, Rotary
 from drafting.ml.capture import aux_hidden_states
 from drafting.ml.packing import RowLayout
+from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
+from drafting.support_matrix import CaptureKind
 
 __all__ = [
     "Eagle3Drafter",
@@ -89,8 +93,16 @@ class Eagle3Drafter(nn.Module):
         draft_vocab_size: int,
         aux_layer_ids: list[int],
         norm_output: bool = False,
+        aux_capture: CaptureKind = CaptureKind.RESIDUAL_STREAM,
+        sglang_version: str = SGLANG_VERSION_ON_GPU_HOST,
     ) -> Eagle3Drafter:
-        config = drafter_config(target_config, draft_vocab_size=draft_vocab_size, aux_layer_ids=aux_layer_ids)
+        config = drafter_config(
+            target_config,
+            draft_vocab_size=draft_vocab_size,
+            aux_layer_ids=aux_layer_ids,
+            aux_capture=aux_capture,
+            sglang_version=sglang_version,
+        )
         if norm_output:  # written only when on: a config without it reads as SGLang's default, off
             config["norm_output"] = True
         return cls(config)
@@ -103,6 +115,11 @@ class Eagle3Drafter(nn.Module):
     def aux_layers(self) -> list[int]:
         """HF hidden-state indices of the target states this drafter reads."""
         return aux_layers_of(self.config)
+
+    @property
+    def aux_capture(self) -> CaptureKind:
+        """What those states are (the serving class's capture the drafter was trained on)."""
+        return aux_capture_of(self.config)
 
     @property
     def t2d(self) -> torch.Tensor:

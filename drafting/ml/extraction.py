@@ -19,6 +19,7 @@ from drafting.ml._writer import AsyncWriter, HostBatch, Written
 from drafting.ml.capture import capture_hidden_states
 from drafting.ml.hidden_store import bytes_per_token, hidden_path, is_complete
 from drafting.ml.text_model import load_text_model
+from drafting.support_matrix import CaptureKind
 
 FILE_OVERHEAD_BYTES = 512  # safetensors header of one sample, generously rounded
 
@@ -107,6 +108,7 @@ def extract_batches(
     batches: list[list[PendingSample]],
     *,
     indices: list[int],
+    capture: CaptureKind = CaptureKind.RESIDUAL_STREAM,
     device: torch.device,
     writer: AsyncWriter,
     check_cancelled: Callable[[], None],
@@ -119,7 +121,7 @@ def extract_batches(
         input_ids, attention_mask = _padded(batch, device)
         try:
             with torch.inference_mode():
-                states = capture_hidden_states(model, input_ids, indices, attention_mask)
+                states = capture_hidden_states(model, input_ids, indices, attention_mask, capture)
         except torch.OutOfMemoryError:
             raise BatchOutOfMemory(len(batch), input_ids.shape[1]) from None
         host, ready = to_host(states)

@@ -14,6 +14,8 @@ from drafting.ml._config import check_aux_layers, text_config
 from drafting.ml._dataset import read_token_freq
 from drafting.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
 from drafting.ml.packing import Pack, RowLayout, epoch_packs, row_layout
+from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
+from drafting.support_matrix import CaptureKind
 from drafting.userfiles import check_model_folder
 
 LENGTH_GROUP_BATCHES = 32  # batches per length-sorted group: little padding, still well shuffled
@@ -40,6 +42,16 @@ class Extraction:
     @property
     def hidden_size(self) -> int:
         return int(self.manifest["target"]["hidden_size"])
+
+    @property
+    def aux_capture(self) -> CaptureKind:
+        """What the aux states are; extractions written before eyas recorded it hold the residual stream."""
+        return CaptureKind(self.manifest.get("aux_capture", CaptureKind.RESIDUAL_STREAM.value))
+
+    @property
+    def sglang_version(self) -> str:
+        """The SGLang release whose capture the extraction followed (the release the draft is for)."""
+        return str(self.manifest.get("sglang_version", SGLANG_VERSION_ON_GPU_HOST))
 
 
 def open_extraction(folder: Path, target_config: dict[str, Any]) -> Extraction:
@@ -68,6 +80,7 @@ def open_held_out(folder: Path, target_config: dict[str, Any], training: Extract
     ours, theirs = held_out.manifest, training.manifest
     pairs = {
         "aux_layers": (held_out.aux_layers, training.aux_layers),
+        "aux_capture": (held_out.aux_capture, training.aux_capture),
         "hidden_size": (held_out.hidden_size, training.hidden_size),
         "tokenizer_sha256": (_tokenizer_hash(ours), _tokenizer_hash(theirs)),
     }

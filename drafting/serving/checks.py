@@ -11,7 +11,7 @@ from typing import Any
 from contract.params.launch import LaunchParams, extra_arg_paths
 from drafting import sglang_facts as rules
 from drafting.serving.doctor_bridge import run_draft_doctor
-from drafting.serving.findings import Finding, error, info
+from drafting.serving.findings import Finding, error, info, warning
 from drafting.serving.host_checks import (
     check_file_exists,
     check_grpc_port,
@@ -28,6 +28,10 @@ from drafting.serving.model_configs import (
 )
 from drafting.serving.render import HostFacts, RenderedLaunch, render_launch
 from drafting.serving.tensor_parallel import check_tp_size
+from drafting.support_matrix import CAPTURE_METHOD, support_for
+
+# Findings about the target's class that the draft doctor also reports: said once.
+TARGET_CLASS_CODES = frozenset({"TARGET_EAGLE3_UNSUPPORTED"})
 
 SHM_DIR = Path("/dev/shm")
 
@@ -90,15 +94,19 @@ def check_launch(
     findings += _engine_findings(params, rendered.engine, host, gpus)
     target_config = read_config(params.model)
     draft_config = read_config(params.draft) if params.draft else None
+    version = host.sglang_version or rules.SGLANG_VERSION_ON_GPU_HOST
     if rendered.engine == "sglang":
         findings += check_tp_size(params.tp_size, target_config, draft_config)
+    if rendered.algorithm == "EAGLE3" and rendered.shape is not None and target_config is not None:
+        findings += target_class_findings(target_config, version, rendered.engine)
     if rendered.shape is not None and target_config is not None and draft_config is not None:
-        findings += _draft_against_target(params, rendered, target_config, draft_config)
-        version = host.sglang_version or rules.SGLANG_VERSION_ON_GPU_HOST
+        findings += _draft_against_target(params, rendered, target_config, draft_config, version)
         assert params.draft is not None
-        findings += run_draft_doctor(
+        said = {f.code for f in findings}
+        doctor = run_draft_doctor(
             params.draft, target=params.model, algorithm=rendered.algorithm, sglang_version=version
         )
+        findings += [f for f in doctor if f.code not in said or f.code not in TARGET_CLASS_CODES]
     port_findings = [check_port_free(params.host, params.port)]
     if rendered.engine == "sglang":
         version = host.sglang_version or rules.SGLANG_VERSION_ON_GPU_HOST
@@ -137,15 +145,29 @@ def _engine_findings(
     return findings
 
 
+def target_class_findings(target_config: dict[str, Any], version: str, engine: str) -> list[Finding]:
+    """Whether SGLang `version` serves EAGLE-3 for the target's class (the support matrix)."""
+    support = support_for(target_config, version)
+    refusal = support.refusal() if support is not None else None
+    if refusal is None:
+        return []
+    if engine != "sglang":
+        message = f"{refusal}; eyas's reference engine serves it here, a deployment on SGLang cannot"
+        return [warning("TARGET_EAGLE3_UNSUPPORTED", message)]
+    fix = f"serve with a release whose class defines {CAPTURE_METHOD}, or draft for another target"
+    return [error("TARGET_EAGLE3_UNSUPPORTED", refusal, fix)]
+
+
 def _draft_against_target(
     params: LaunchParams,
     rendered: RenderedLaunch,
     target_config: dict[str, Any],
     draft_config: dict[str, Any],
+    version: str,
 ) -> list[Finding]:
     findings = _context_findings(params, target_config, draft_config)
     if rendered.algorithm == "EAGLE3":
-        collision = _aux_layer_finding(target_config, draft_config)
+        collision = _aux_layer_finding(target_config, draft_config, version)
         findings += [collision] if collision else []
     return findings
 
@@ -170,9 +192,11 @@ def _context_findings(
     return [error("DRAFT_CONTEXT_SHORTER", message, fix)]
 
 
-def _aux_layer_finding(target_config: dict[str, Any], draft_config: dict[str, Any]) -> Finding | None:
+def _aux_layer_finding(
+    target_config: dict[str, Any], draft_config: dict[str, Any], version: str
+) -> Finding | None:
     layers = target_layer_count(target_config)
-    captured = captured_aux_layers(target_config, draft_config)
+    captured = captured_aux_layers(target_config, draft_config, version)
     if layers is None or captured is None:
         return None
     increasing = all(a < b for a, b in itertools.pairwise(captured))

@@ -103,13 +103,13 @@ def speculative_decode(
     cache = DynamicCache()
     draft_kv = DraftKV()
     context = list(prompt_ids)  # tokens whose target states are in `features` and in the cache
-    logits, aux = _forward_capturing(target, context, cache, drafter.aux_layers)
+    logits, aux = _forward_capturing(target, context, cache, drafter)
     features = drafter.project(aux)  # drafter-space feature per context position
     pending = int(logits[-1].argmax())  # emitted, not yet run through the target
     output.emit([pending])
     while not output.done:
         drafts = draft_chain_cached(drafter, draft_kv, context, features, pending, depth)
-        logits, aux = _forward_capturing(target, [pending, *drafts], cache, drafter.aux_layers)
+        logits, aux = _forward_capturing(target, [pending, *drafts], cache, drafter)
         choices = [int(t) for t in logits.argmax(dim=-1)]
         accepted = _matching_prefix(drafts, choices)
         result.verify_ct += 1
@@ -239,10 +239,12 @@ def _forward(target: nn.Module, tokens: list[int], cache: DynamicCache) -> torch
 
 
 def _forward_capturing(
-    target: nn.Module, tokens: list[int], cache: DynamicCache, aux_layers: list[int]
+    target: nn.Module, tokens: list[int], cache: DynamicCache, drafter: Eagle3Drafter
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Target logits [n, V] and the aux states [1, n, 3T] the drafter reads, in one forward."""
-    with capture_layers(target, aux_layers) as captured:
+    """Target logits [n, V] and the aux states [1, n, 3T] the drafter reads (the states it was trained
+    on: its layers, captured as its serving class captures them), in one forward."""
+    aux_layers = drafter.aux_layers
+    with capture_layers(target, aux_layers, drafter.aux_capture) as captured:
         logits = _forward(target, tokens, cache)
     return logits, torch.cat([captured[i] for i in aux_layers], dim=-1)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from drafting import sglang_facts as rules
+from drafting.support_matrix import support_for
 from drafting.userfiles import Cap, UserFileError, read_user_json
 
 
@@ -40,11 +41,12 @@ def target_layer_count(config: dict[str, Any]) -> int | None:
     return int(layers) if isinstance(layers, int) else None
 
 
-def captured_aux_layers(target_config: dict[str, Any], draft_config: dict[str, Any]) -> list[int] | None:
-    """Target layers whose *input* SGLang captures for an EAGLE-3 draft (llama.py, layers_to_capture).
-
-    Explicit `eagle_config.eagle_aux_hidden_state_layer_ids` name layer outputs, hence the +1.
-    """
+def captured_aux_layers(
+    target_config: dict[str, Any], draft_config: dict[str, Any], sglang_version: str
+) -> list[int] | None:
+    """Target layers whose *input* SGLang captures for an EAGLE-3 draft (`layers_to_capture`), by the
+    target class's own rule in that release (the support matrix); id + 1 and the default [2, n//2, n-3]
+    where the matrix has no rule for the class."""
     layers = target_layer_count(target_config)
     if layers is None:
         return None
@@ -52,9 +54,11 @@ def captured_aux_layers(target_config: dict[str, Any], draft_config: dict[str, A
     explicit = (
         eagle_config.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle_config, dict) else None
     )
-    if isinstance(explicit, list) and all(isinstance(i, int) for i in explicit):
-        return [i + 1 for i in explicit]
-    return [2, layers // 2, layers - 3]
+    ids = explicit if isinstance(explicit, list) and all(isinstance(i, int) for i in explicit) else None
+    support = support_for(target_config, sglang_version)
+    if support is not None and support.id_rule is not None:
+        return support.layers_for(ids, layers)
+    return [i + 1 for i in ids] if ids is not None else [2, layers // 2, layers - 3]
 
 
 def env_flag_set(env: dict[str, str], name: str) -> bool:

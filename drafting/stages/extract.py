@@ -21,7 +21,7 @@ import torch
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
 from drafting.ml import distributed, hidden_store
-from drafting.ml._config import check_aux_layers, default_aux_layers, text_config
+from drafting.ml._config import check_aux_layers, default_aux_layers, serving_capture, text_config
 from drafting.ml._dataset import (
     file_sha256,
     fingerprint,
@@ -50,6 +50,7 @@ from drafting.stages._extract_writing import ExtractProgress, RunTotals, close_w
 from drafting.stages._target import target_errors
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from drafting.stages.base import StageContext, StageError, out_of_memory, remote_code
+from drafting.support_matrix import CaptureKind
 from drafting.userfiles import Cap, check_model_folder, check_regular
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -65,6 +66,10 @@ class _Inputs:
     aux_layers: list[int]
     dtype: torch.dtype
     trust_remote_code: bool
+    # what the serving class captures at aux_layers, the ids the draft will carry, and that said in words
+    aux_capture: CaptureKind = CaptureKind.RESIDUAL_STREAM
+    sglang_ids: tuple[int, ...] = ()
+    serving_note: str = ""
 
     @property
     def hidden_size(self) -> int:
@@ -162,6 +167,7 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
     num_layers = int(text_config(target_config)["num_hidden_layers"])
     try:
         aux = check_aux_layers(params.aux_layers or default_aux_layers(num_layers), num_layers)
+        capture, ids, note = serving_capture(target_config, aux, params.sglang_version)
     except ValueError as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None
     output = ctx.output_folder(params.output, "extract")
@@ -175,6 +181,9 @@ def _resolve(ctx: StageContext, params: ExtractParams) -> _Inputs:
         aux_layers=aux,
         dtype=DTYPES[params.dtype],
         trust_remote_code=trust,
+        aux_capture=capture,
+        sglang_ids=tuple(ids),
+        serving_note=note,
     )
 
 
@@ -190,6 +199,7 @@ def _fingerprint_inputs(params: ExtractParams, inputs: _Inputs) -> dict[str, Any
         "tokenizer_sha256": tokenizer_sha256(inputs.tokenizer),
         "target_config": text_config(inputs.target_config),
         "aux_layers": inputs.aux_layers,
+        "aux_capture": inputs.aux_capture.value,
         "dtype": params.dtype,
         "max_len": params.max_len,
         "overlong": params.overlong,
@@ -267,7 +277,9 @@ def _new_manifest(
         "tokenizer": str(inputs.tokenizer),
         "data": str(inputs.data),
         "aux_layers": inputs.aux_layers,
-        "sglang_aux_layer_ids": [i - 1 for i in inputs.aux_layers],
+        "aux_capture": inputs.aux_capture.value,
+        "sglang_version": params.sglang_version,
+        "sglang_aux_layer_ids": list(inputs.sglang_ids),
         "states": ["aux_0", "aux_1", "aux_2", "last_pre_norm"],
         "dtype": params.dtype,
         "max_len": params.max_len,
@@ -306,6 +318,7 @@ def _extract(
     pending: list[PendingSample],
     progress: ExtractProgress,
 ) -> None:
+    ctx.log(f"serving: {inputs.serving_note}")
     ctx.log(f"loading the target {inputs.target} ({params.dtype}, {device})")
     with target_errors():
         model = load_target_model(
@@ -326,6 +339,7 @@ def _extract(
             model,
             length_sorted_batches(pending, params.batch_size),
             indices=extraction_indices(inputs.aux_layers, inputs.num_layers),
+            capture=inputs.aux_capture,
             device=device,
             writer=writer,
             check_cancelled=ctx.check_cancelled,

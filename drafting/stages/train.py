@@ -317,6 +317,8 @@ def _build_drafter(
             draft_vocab_size=params.draft_vocab_size,
             aux_layer_ids=extraction.aux_layers,
             norm_output=params.norm_output,
+            aux_capture=extraction.aux_capture,
+            sglang_version=extraction.sglang_version,
         )
     except ValueError as exc:
         raise StageError(str(exc), reason=TerminationReason.DATA_MISMATCH) from None

@@ -14,7 +14,10 @@ from fastapi.testclient import TestClient
 
 from app.core.config import Settings
 from drafting.ml.demo_assets import successor_target
+from drafting.serving.sglang_parser import installed_sglang_version
+from tests import target_zoo as zoo
 from tests.conftest import WorkerProcess, free_port
+from tests.zoo_drafts import zoo_draft
 
 Headers = dict[str, str]
 
@@ -182,3 +185,24 @@ def test_dry_runs_are_hidden_from_the_jobs_list_unless_asked_for(
     assert listed("?include_dry_runs=true") == [real.json()["id"], rendered["job_id"]]
     assert listed("?kind=launch&include_dry_runs=true") == [rendered["job_id"]]
     assert client.get(f"/v1/jobs/{rendered['job_id']}", headers=admin).status_code == 200
+
+
+def test_render_refuses_a_target_class_sglang_cannot_serve_with_eagle3(
+    client: TestClient, admin: Headers, settings: Settings, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    start_worker("gpu-a")
+    root = settings.allowed_roots[0] / "render-mixtral"
+    target = zoo.build("mixtral", root / "target")
+    draft = zoo_draft(target, root / "draft", release="0.5.14")
+    spec = {"engine": "sglang", "model": str(target), "draft": str(draft), "depth": 3, "port": free_port()}
+    rendered = render(client, admin, spec)
+    assert rendered["ok"] is False
+    (refused,) = [f for f in rendered["findings"] if f["code"] == "TARGET_EAGLE3_UNSUPPORTED"]
+    assert refused["severity"] == "error"
+    # the worker's own SGLang release answers (installed for its python), naming the missing hook
+    assert (
+        f"SGLang {installed_sglang_version()} cannot serve EAGLE-3 for MixtralForCausalLM"
+        in refused["message"]
+    )
+    assert "set_eagle3_layers_to_capture" in refused["message"]
+    assert client.get("/v1/servers", headers=admin).json() == []

@@ -70,6 +70,7 @@ def test_backend_and_tp_size_size_the_lease() -> None:
         ({"backend": "sglang", "tp_size": 2, "ranks": 4}, "ranks is 4 but tp_size is 2"),
         ({"backend": "sglang", "attention_backend": "fast"}, "'triton'"),
         ({"backend": "sglang", "tp_size": 0}, "greater than or equal to 1"),
+        ({"backend": "sglang", "sglang_version": "0.5.23"}, "would record another release's capture"),
     ],
 )
 def test_params_the_backend_cannot_honour_are_refused(values: dict[str, Any], said: str) -> None:
@@ -348,7 +349,7 @@ def test_an_sglang_extraction_is_keyed_apart_from_an_hf_one(tmp_path: Path) -> N
     data = write_jsonl(tmp_path / "data.jsonl", [chat(random.Random(0), turns=1, words=4)])
     values = {"target": str(target), "data": str(data), "output": str(tmp_path / "out")}
     hf = ExtractParams(**values)
-    inputs = extract._resolve(hf)
+    inputs = extract._resolve(StageContext(work_dir=tmp_path), hf)
     assert "backend" not in extract._fingerprint_inputs(hf, inputs)  # earlier hf extractions still resume
     sglang = ExtractParams(**values, backend="sglang")
     assert extract._fingerprint_inputs(sglang, inputs)["backend"] == "sglang"

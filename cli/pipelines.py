@@ -172,11 +172,13 @@ def demo(
         str,
         typer.Option(
             help="tiny: a constructed toy target (seconds, plumbing only); smollm2: the real "
-            "SmolLM2-135M-Instruct built from its installed package (~1 min once, then cached)"
+            "SmolLM2-135M-Instruct built from its installed package (~1 min once, then cached); "
+            "qwen2.5-coder-1.5b: the real Qwen2.5-Coder-1.5B-Instruct joined from its 22 installed parts "
+            "(~4 min once, then cached; docs/real-models.md)"
         ),
     ] = "tiny",
     gguf: Annotated[
-        Path | None, typer.Option(help="--target smollm2: build from this GGUF file instead of the package's")
+        Path | None, typer.Option(help="a real target: build from this GGUF file instead of the package's")
     ] = None,
     gpu: Annotated[
         bool,
@@ -222,8 +224,7 @@ def _real_demo(folder: Path, target: str, gguf: Path | None, gpu: bool) -> tuple
     from drafting.realmodels.demo import (
         GPU_HELD_OUT_PROMPTS,
         HELD_OUT_PROMPTS,
-        gpu_pipeline_spec,
-        real_pipeline_spec,
+        demo_pipeline_spec,
         write_real_demo,
     )
 
@@ -238,6 +239,5 @@ def _real_demo(folder: Path, target: str, gguf: Path | None, gpu: bool) -> tuple
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"target: {assets['target']} ({assets['built']})")
-    build = gpu_pipeline_spec if gpu else real_pipeline_spec
-    spec = build(assets, workdir=str(folder / "runs"))
+    spec = demo_pipeline_spec(target, assets, workdir=str(folder / "runs"), gpu=gpu)
     return spec, "target, train_prompts.jsonl, mtbench_eval.jsonl, mtbench_held_out.jsonl"

@@ -27,4 +27,6 @@ class TerminationReason(StrEnum):
     CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
     LAUNCH_CHECK_FAILED = "LAUNCH_CHECK_FAILED"
     RELEASE_GATE_FAILED = "RELEASE_GATE_FAILED"
+    # outputs pass, but the speedup's interval is too wide to call: more requests would decide
+    RELEASE_GATE_INCONCLUSIVE = "RELEASE_GATE_INCONCLUSIVE"
     BAD_INPUT = "BAD_INPUT"  # a user-given file eyas will not read: a FIFO, a device, a folder, too large

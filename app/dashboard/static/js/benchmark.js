@@ -18,12 +18,15 @@ export function readSweep(summary, deployable) {
     rows: summary?.rows || [],
     reasons: gate.reasons || summary?.reasons || [],
     deployable: gate.deployable ?? deployable ?? null,
+    outcome: gate.outcome ?? null,
     chosenDepth: gate.chosen_depth ?? null,
     chosenConfig: gate.chosen_config ?? null,
   };
 }
 
-export function verdictBadge(deployable) {
+// `outcome` "inconclusive": the outputs passed but the speedup's interval was too wide to call.
+export function verdictBadge(deployable, outcome = null) {
+  if (outcome === "inconclusive") return h("span", { class: "badge" }, "inconclusive");
   const label = deployable === true ? "deployable" : deployable === false ? "not deployable" : "no verdict";
   const state = deployable === true ? "state-succeeded" : deployable === false ? "state-failed" : "";
   return h("span", { class: `badge ${state}` }, label);
@@ -31,7 +34,7 @@ export function verdictBadge(deployable) {
 
 function verdict(sweep) {
   return h("div", { class: "verdict", id: "verdict" },
-    verdictBadge(sweep.deployable),
+    verdictBadge(sweep.deployable, sweep.outcome),
     sweep.chosenConfig !== null ? h("span", { class: "muted" }, `chosen config ${sweep.chosenConfig}`)
       : sweep.chosenDepth !== null ? h("span", { class: "muted" }, `chosen depth ${sweep.chosenDepth}`) : null,
     sweep.reasons.length ? h("ul", { class: "reasons" }, sweep.reasons.map((reason) => h("li", null, reason))) : null);

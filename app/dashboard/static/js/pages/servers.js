@@ -56,7 +56,7 @@ function benchmarkRow(result, comparison) {
     h("td", null, comparison.checkbox(result.id)),
     h("td", null, jobLink(result.job_id)),
     h("td", { class: "mono" }, result.server_id ? shortId(result.server_id) : "—"),
-    h("td", null, verdictBadge(sweep.deployable)),
+    h("td", null, verdictBadge(sweep.deployable, sweep.outcome)),
     h("td", { class: "mono" }, top ? configLabel(top) : "—"),
     h("td", null, top?.speedup ? `${num(top.speedup, 2)}×` : "—"),
     h("td", null, top ? num(top.accept_len, 2) : "—"),

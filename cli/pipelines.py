@@ -221,20 +221,15 @@ def demo(
 
 def _real_demo(folder: Path, target: str, gguf: Path | None, gpu: bool) -> tuple[dict[str, Any], str]:
     from drafting.realmodels import REAL_TARGETS, TargetBuildError
-    from drafting.realmodels.demo import (
-        GPU_HELD_OUT_PROMPTS,
-        HELD_OUT_PROMPTS,
-        demo_pipeline_spec,
-        write_real_demo,
-    )
+    from drafting.realmodels.demo import demo_pipeline_spec, demo_prompt_counts, write_real_demo
 
     if target not in REAL_TARGETS:
         typer.echo(f"error: --target must be tiny or one of {', '.join(REAL_TARGETS)}", err=True)
         raise typer.Exit(2)
     typer.echo(f"building {REAL_TARGETS[target].description} into {folder}/target (once; then cached)")
     try:
-        held_out = GPU_HELD_OUT_PROMPTS if gpu else HELD_OUT_PROMPTS
-        assets = write_real_demo(folder, target=target, gguf=gguf, held_out=held_out)
+        asked, held_out = demo_prompt_counts(target, gpu)
+        assets = write_real_demo(folder, target=target, gguf=gguf, held_out=held_out, eval_prompts=asked)
     except TargetBuildError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

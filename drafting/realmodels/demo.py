@@ -44,7 +44,12 @@ CPU_TRAIN: dict[str, Any] = {
 
 
 def write_real_demo(
-    folder: Path, *, target: str = "smollm2", gguf: Path | None = None, held_out: int = HELD_OUT_PROMPTS
+    folder: Path,
+    *,
+    target: str = "smollm2",
+    gguf: Path | None = None,
+    held_out: int = HELD_OUT_PROMPTS,
+    eval_prompts: int = EVAL_PROMPTS,
 ) -> dict[str, str]:
     """The built target (cached), training prompts and MT-Bench under `folder` (`held_out` questions of it
     as the validation set); returns their paths."""
@@ -54,7 +59,7 @@ def write_real_demo(
     shutil.copyfile(resolve_source("default"), train_prompts)
     evaluated, validated = split_prompt_file(
         resolve_source("mtbench"),
-        EVAL_PROMPTS,
+        eval_prompts,
         held_out,
         folder / "mtbench_eval.jsonl",
         folder / "mtbench_held_out.jsonl",
@@ -211,9 +216,10 @@ def gpu_pipeline_spec(
 
 
 # Qwen2.5-Coder-1.5B's GPU sweep: chains of depth 3, 5 and 7 and a tree, each at 1, 8 and 32 requests in
-# flight, over all 80 MT-Bench questions (32 in flight need 32 requests at once, and the paired speedup's
-# interval resamples requests: 80 decide where 8 cannot). The 8 eval and 72 held-out questions are among
-# them; none is trained on.
+# flight, over 32 MT-Bench questions (four per category): 32 in flight need 32 requests at once, and the
+# paired speedup's interval resamples requests (32 narrow it where 8 cannot). The other 48 questions are
+# the held-out set that picks the checkpoint; none is trained on.
+QWEN_GPU_EVAL_PROMPTS = 32
 QWEN_GPU_SWEEP: dict[str, Any] = {
     "configs": [
         {"steps": 3, "topk": 1, "draft_tokens": 4},
@@ -222,11 +228,21 @@ QWEN_GPU_SWEEP: dict[str, Any] = {
         {"steps": 5, "topk": 4, "draft_tokens": 8},
     ],
     "concurrencies": [1, 8, 32],
-    "prompts": "mtbench",
-    "max_prompts": 80,
+    "max_prompts": QWEN_GPU_EVAL_PROMPTS,
     "repeats": 2,
 }
-DEMO_TARGET_OPTIONS: dict[str, dict[str, Any]] = {"qwen2.5-coder-1.5b": {"sweep": QWEN_GPU_SWEEP}}
+# Per target, for the GPU recipe: its sweep, and how MT-Bench's 80 questions are cut (sweep, held out).
+DEMO_TARGET_OPTIONS: dict[str, dict[str, Any]] = {
+    "qwen2.5-coder-1.5b": {"sweep": QWEN_GPU_SWEEP, "eval_prompts": QWEN_GPU_EVAL_PROMPTS, "held_out": 48}
+}
+
+
+def demo_prompt_counts(target: str, gpu: bool) -> tuple[int, int]:
+    """(questions the sweep asks, held-out questions) of MT-Bench for the demo of `target`."""
+    if not gpu:
+        return EVAL_PROMPTS, HELD_OUT_PROMPTS
+    options = DEMO_TARGET_OPTIONS.get(target, {})
+    return options.get("eval_prompts", EVAL_PROMPTS), options.get("held_out", GPU_HELD_OUT_PROMPTS)
 
 
 def demo_pipeline_spec(target: str, assets: dict[str, str], *, workdir: str, gpu: bool) -> dict[str, Any]:

@@ -178,7 +178,11 @@ def demo(
         ),
     ] = "tiny",
     gguf: Annotated[
-        Path | None, typer.Option(help="a real target: build from this GGUF file instead of the package's")
+        Path | None,
+        typer.Option(
+            help="a real target: build from this GGUF file instead of the package's (qwen2.5-coder-1.5b: "
+            "or a folder of its 22 parts, part01.bin … part22.bin)"
+        ),
     ] = None,
     gpu: Annotated[
         bool,

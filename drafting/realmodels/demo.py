@@ -164,8 +164,9 @@ def gpu_pipeline_spec(
     """An eagle3 pipeline from prompts the target writes itself, on a GPU host with SGLang. `sglang_args`
     go to every SGLang launch (a wheel set without flashinfer needs triton attention and pytorch sampling).
     eval is left out unless asked (`eval_step`): on the GPU it decodes the sweep's requests again, about
-    3.5 minutes, and the sweep measures what eval predicts (within 2 % in run 5). `sweep`: benchmark fields
-    that replace the recipe's (a target's own configs, concurrencies, prompts)."""
+    3.5 minutes, and the sweep measures what eval predicts (within 2 %,
+    docs/design/eval-predicts-serving.md). `sweep`: benchmark fields that replace the recipe's (a target's
+    own configs, concurrencies, prompts)."""
     extra = list(sglang_args or [])
     self_prompts: dict[str, Any] = {"count": conversations, "temperature": 1.0, "max_new_tokens": 160}
     if openers:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drafting.realmodels.gguf_build import BuiltTarget, Expected, build_from_gguf
+from drafting.realmodels.gguf_build import BuiltTarget, Expected, TargetBuildError, build_from_gguf
 from drafting.realmodels.gguf_source import GgufSource, SingleGguf, SplitGguf, SplitRecipe, locate_parts
 
 NAME = "qwen2.5-coder-1.5b"
@@ -67,11 +67,19 @@ EXPECTED = Expected(
 
 
 def source(gguf: Path | None = None) -> GgufSource:
-    """The joined GGUF given as a path (a GPU host without the packages gets the file carried over), else
-    the installed parts (TargetBuildError naming any part that is missing)."""
-    if gguf is not None:
-        return SingleGguf(Path(gguf).absolute())
-    return SplitGguf(RECIPE, tuple(locate_parts(RECIPE)))
+    """The installed parts (TargetBuildError naming any part that is missing); or, for a host without the
+    packages, a path: the joined GGUF, or a folder holding the parts as the packages name them
+    (part01.bin … part22.bin, each under the 64 MiB a file can be carried in), checked as installed ones."""
+    if gguf is None:
+        return SplitGguf(RECIPE, tuple(locate_parts(RECIPE)))
+    path = Path(gguf).absolute()
+    if not path.is_dir():
+        return SingleGguf(path)
+    parts = [path / Path(RECIPE.path_pattern.format(n=n)).name for n in range(1, RECIPE.count + 1)]
+    missing = [part.name for part in parts if not part.is_file()]
+    if missing:
+        raise TargetBuildError(f"{path}: the parts {', '.join(missing)} are missing (22 in all)")
+    return SplitGguf(RECIPE, tuple(parts))
 
 
 def build_qwen25_coder(folder: Path, *, gguf: Path | None = None) -> BuiltTarget:

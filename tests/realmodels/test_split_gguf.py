@@ -218,3 +218,21 @@ def test_the_installed_qwen_parts_are_the_recipe_s_and_their_header_is_qwen2() -
 def test_an_unknown_target_names_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="known: smollm2, qwen2.5-coder-1.5b"):
         build_target("llama-70b", tmp_path / "x")
+
+
+def test_a_folder_of_carried_parts_is_checked_as_the_installed_ones(tmp_path: Path) -> None:
+    """A GPU host without the packages gets the parts carried as files: the Qwen source takes their folder
+    and names a part that did not arrive (the sizes and sha256s are then checked as for installed parts)."""
+    carried = tmp_path / "parts"
+    carried.mkdir()
+    for n in range(1, 22):
+        (carried / f"part{n:02d}.bin").write_bytes(b"")
+    with pytest.raises(TargetBuildError, match=r"the parts part22.bin are missing \(22 in all\)"):
+        qwen25_coder.source(carried)
+    (carried / "part22.bin").write_bytes(b"")
+    source = qwen25_coder.source(carried)
+    assert isinstance(source, SplitGguf)
+    with pytest.raises(
+        TargetBuildError, match=r"part 1 of 22 \(.*part01.bin\) is 0 bytes, expected 52428800"
+    ):
+        source.identity()

@@ -36,6 +36,7 @@ TABLE_FIELDS = (
     "speedup_ci_low",
     "speedup_ci_high",
     "speedup_n",
+    "predicted_speedup",
     "ttft_p50_ms",
     "ttft_p99_ms",
     "itl_p50_ms",

@@ -225,13 +225,16 @@ def test_without_interleaving_each_server_runs_alone_and_the_result_says_so(
 
 
 def test_profile_mode_predicts_each_depth_before_any_sweep(
-    ctx: RecordingContext, tiny_pair: TinyPair
+    ctx: RecordingContext, tiny_pair: TinyPair, tmp_path: Path
 ) -> None:
     """mode profile: each server alone, one wave per concurrency, no rounds and no gate; the prediction for
     every depth with an acceptance length, depth 5 (never launched) from the line through depths 1 and 3."""
+    prompts = tmp_path / "ids.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_ids": p}) for p in tiny_pair.prompts))
     params = BenchmarkParams(
         mode="profile",
         launch=_reference_launch(tiny_pair),
+        prompts=str(prompts),
         depths=[1, 3],
         concurrencies=[1, 2],
         accept_lengths={1: 1.5, 3: 2.0, 5: 2.2},

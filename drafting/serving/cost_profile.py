@@ -10,11 +10,15 @@ flight (the first b prompts, repeated where there are fewer), from a flushed cac
 - a speculative server's tokens per step (its measured acceptance on the wave; informative only).
 
 Why this and not a profile of the model in torch: the costs that decide a speedup are those of the server's
-own kernels and CUDA graphs (SGLang captures one graph per batch size for decode, and its EAGLE worker
-graphs for draft steps, verify and draft extend), which only the server runs; timing /generate against it
-measures exactly those, on any SGLang release, with nothing but its HTTP API. The cycle includes all three
-parts of a speculative step; for chains, a line through the depths profiled splits it into one draft step
-and the rest (verify of the draft tokens + extend), and predicts the depths not profiled.
+own kernels and CUDA graphs, which only the server runs. In SGLang 0.5.14 a cycle is
+speculative/eagle_worker_v2.py's draft() (the draft steps, replayed by
+eagle_draft_cuda_graph_runner.EAGLEDraftCudaGraphRunner), verify() (the target over the draft tokens in
+TARGET_VERIFY mode, replayed by model_executor/runner/decode_cuda_graph_runner.DecodeCudaGraphRunner, which
+also replays the baseline's DECODE steps) and _draft_extend_for_decode() (replayed by
+eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner), one graph per batch size each.
+Timing /generate against the server measures exactly those, with nothing but its HTTP API, on any release.
+For chains, a line through the depths profiled splits a cycle into one draft step and the rest (verify of
+the draft tokens + extend), and predicts the depths not profiled.
 """
 
 from __future__ import annotations

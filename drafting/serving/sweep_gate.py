@@ -156,7 +156,8 @@ def judge_speedup(
             "text": f"{label}: speedup {mean} from {n} request(s){where} has no confidence interval",
         }
     if half is not None and half > max_half_width and low <= threshold < high:
-        more = _more_requests(n, half, max(max_half_width, abs(mean - threshold)))
+        distance = abs(float(mean) - threshold) if mean is not None else 0.0
+        more = _more_requests(n, half, max(max_half_width, distance))
         return {
             "outcome": "inconclusive",
             "requests_to_decide": more,

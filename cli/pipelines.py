@@ -187,11 +187,17 @@ def demo(
         typer.Option(
             help="tiny: a constructed toy target (built in seconds, ~2 min pipeline; plumbing only); "
             "smollm2: the real SmolLM2-135M-Instruct built from its installed package (~20 s once on quiet "
-            "cores, up to a minute on busy ones, then cached; ~10 min pipeline)"
+            "cores, up to a minute on busy ones, then cached; ~10 min pipeline); qwen2.5-coder-1.5b: the "
+            "real Qwen2.5-Coder-1.5B-Instruct joined from its 22 installed parts (~4 min once, then cached; "
+            "docs/real-models.md)"
         ),
     ] = "tiny",
     gguf: Annotated[
-        Path | None, typer.Option(help="--target smollm2: build from this GGUF file instead of the package's")
+        Path | None,
+        typer.Option(
+            help="a real target: build from this GGUF file instead of the package's (qwen2.5-coder-1.5b: "
+            "or a folder of its 22 parts, part01.bin … part22.bin)"
+        ),
     ] = None,
     gpu: Annotated[
         bool,
@@ -243,25 +249,18 @@ def demo(
 
 def _real_demo(folder: Path, target: str, gguf: Path | None, gpu: bool) -> tuple[dict[str, Any], str]:
     from drafting.realmodels import REAL_TARGETS, TargetBuildError
-    from drafting.realmodels.demo import (
-        GPU_HELD_OUT_PROMPTS,
-        HELD_OUT_PROMPTS,
-        gpu_pipeline_spec,
-        real_pipeline_spec,
-        write_real_demo,
-    )
+    from drafting.realmodels.demo import demo_pipeline_spec, demo_prompt_counts, write_real_demo
 
     if target not in REAL_TARGETS:
         typer.echo(f"error: --target must be tiny or one of {', '.join(REAL_TARGETS)}", err=True)
         raise typer.Exit(2)
     typer.echo(f"building {REAL_TARGETS[target].description} into {folder}/target (once; then cached)")
     try:
-        held_out = GPU_HELD_OUT_PROMPTS if gpu else HELD_OUT_PROMPTS
-        assets = write_real_demo(folder, target=target, gguf=gguf, held_out=held_out)
+        asked, held_out = demo_prompt_counts(target, gpu)
+        assets = write_real_demo(folder, target=target, gguf=gguf, held_out=held_out, eval_prompts=asked)
     except TargetBuildError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"target: {assets['target']} ({assets['built']})")
-    build = gpu_pipeline_spec if gpu else real_pipeline_spec
-    spec = build(assets, workdir=str(folder / "runs"))
+    spec = demo_pipeline_spec(target, assets, workdir=str(folder / "runs"), gpu=gpu)
     return spec, "target, train_prompts.jsonl, mtbench_eval.jsonl, mtbench_held_out.jsonl"

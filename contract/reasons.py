@@ -27,6 +27,8 @@ class TerminationReason(StrEnum):
     CHECKPOINT_INVALID = "CHECKPOINT_INVALID"
     LAUNCH_CHECK_FAILED = "LAUNCH_CHECK_FAILED"
     RELEASE_GATE_FAILED = "RELEASE_GATE_FAILED"
+    # outputs pass, but the speedup's interval is too wide to call: more requests would decide
+    RELEASE_GATE_INCONCLUSIVE = "RELEASE_GATE_INCONCLUSIVE"
     BAD_INPUT = "BAD_INPUT"  # a user-given file eyas will not read: a FIFO, a device, a folder, too large
     REMOTE_CODE_NOT_ALLOWED = (
         "REMOTE_CODE_NOT_ALLOWED"  # a target needing its own code, not allowed to run it

@@ -10,19 +10,18 @@ another path at near-ties); this says whether a difference stands out from that.
 prompts (a set may hold 100,000) the interval is the normal one of the same statistic's linearisation (the
 delta method), which is accurate there and takes one pass instead of RESAMPLES: a request must not take
 minutes.
+Both intervals are contract/paired_interval.py's, which the sweep's paired speedup uses too.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-RESAMPLES = 2000
-CONFIDENCE = 0.95
-Z = 1.959964  # the normal quantile of a two-sided 95 % interval
+from contract.paired_interval import CONFIDENCE, RESAMPLES, delta_interval, percentile_bootstrap
+
 BOOTSTRAP_UP_TO = 500  # prompts; past it the delta method (0.5 s for 72 prompts x 3 configs bootstrapped)
 FEW_PROMPTS = 20  # under this a bootstrap over prompts understates the interval: say so
 
@@ -153,32 +152,28 @@ def _config(label: str, a: Counts, b: Counts, rng: random.Random) -> dict[str, A
     }
 
 
+def _rows(a: Counts, b: Counts) -> list[tuple[int, int, int, int]]:
+    """One row per prompt: a's tokens and steps, b's tokens and steps."""
+    return list(zip(a.tokens, a.steps, b.tokens, b.steps, strict=True))
+
+
+def _difference(sums: Sequence[float]) -> float:
+    """Pooled accept length of a minus b's from the columns' sums (0 for a side with no step)."""
+    tokens_a, steps_a, tokens_b, steps_b = sums
+    return (tokens_a / steps_a if steps_a else 0.0) - (tokens_b / steps_b if steps_b else 0.0)
+
+
 def _bootstrap(a: Counts, b: Counts, rng: random.Random) -> tuple[float, float]:
     """The percentile interval of the pooled difference over RESAMPLES resamples of prompts, the same
     prompts drawn for both drafts."""
-    count = len(a.tokens)
-    resampled = sorted(
-        a.pooled(picks) - b.pooled(picks)
-        for picks in (rng.choices(range(count), k=count) for _ in range(RESAMPLES))
-    )
-    tail = (1 - CONFIDENCE) / 2
-    return resampled[int(tail * RESAMPLES)], resampled[int((1 - tail) * RESAMPLES) - 1]
+    return percentile_bootstrap(_rows(a, b), _difference, rng)
 
 
 def _delta_method(a: Counts, b: Counts, difference: float) -> tuple[float, float]:
-    """The normal interval of Ta/Sa - Tb/Sb from its linearisation: each prompt's influence is
-    (ta_i - Ra sa_i)/Sa - (tb_i - Rb sb_i)/Sb, the variance their sum of squares, times n/(n-1)."""
-    steps_a, steps_b = sum(a.steps), sum(b.steps)
-    if not steps_a or not steps_b:
+    """The normal interval of Ta/Sa - Tb/Sb from its linearisation over prompts."""
+    if not sum(a.steps) or not sum(b.steps):
         return difference, difference
-    rate_a, rate_b = sum(a.tokens) / steps_a, sum(b.tokens) / steps_b
-    influence = [
-        (ta - rate_a * sa) / steps_a - (tb - rate_b * sb) / steps_b
-        for ta, sa, tb, sb in zip(a.tokens, a.steps, b.tokens, b.steps, strict=True)
-    ]
-    count = len(influence)
-    spread = Z * math.sqrt(sum(z * z for z in influence) * count / (count - 1))
-    return difference - spread, difference + spread
+    return delta_interval(_rows(a, b), _difference)
 
 
 def _verdict(low: float, high: float) -> str:

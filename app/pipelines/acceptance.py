@@ -12,6 +12,11 @@ prediction's error against the served figure. A user learns whether to trust the
     held_out  the same from serve_held_out (the pipeline's `held_out.serve`): the engine on the held-out
               prompts train's figure is computed on, so `train_error_held_out` compares like with like
 
+Beside acceptance, speed: `speedup` is the sweep's measured speedup of chain N at the gate's concurrency,
+and `predicted_speedup` what train's acceptance predicts through the sweep's measured cost profile
+(contract/speed_model.py: the host's decode step and verify cycle, measured on the launched servers), so a
+user learns whether the depth picked from a profile and train's figure alone would have been right.
+
 Errors are relative to the served figure: (predicted − served) / served. Nothing here is measured anew; a
 step that has not run (or kept no figure) leaves its column null. eval's error is left null, and the report
 says why, when eval decoded other requests than the sweep (another prompt set or budget): its figure then
@@ -29,6 +34,7 @@ from typing import Any
 from app.pipelines.templates import SHARED_REQUEST_FIELDS
 from contract.params.benchmark import BenchmarkParams
 from contract.params.evaluate import EvalParams
+from contract.speed_model import predict_from_profile
 
 EVAL_TOLERANCE = 0.05  # eval's prediction is right within 5 % of the engine's measured acceptance
 # Where the train column comes from, in order of preference: the held-out extraction before the training
@@ -62,6 +68,7 @@ def acceptance_report(
     rows = [
         _row(depth, train.get(depth), evaluated.get(depth), served.get(depth), compare_eval=not differs)
         | _held_out_fields(train.get(depth), held_out.get(depth), train_source)
+        | _speed_fields(depth, train.get(depth), results.get("benchmark"))
         for depth in depths
     ]
     return {
@@ -81,6 +88,8 @@ def acceptance_report(
             "eval": "accept_length_meta",
             "served": "accept_len of the sweep's chain config N,1,N+1",
             "served_held_out": "accept_len of serve_held_out's chain config N,1,N+1 (the held-out prompts)",
+            "speedup": "the sweep's paired speedup of chain N,1,N+1 at its gate's concurrency",
+            "predicted_speedup": "train's acceptance through the sweep's cost profile (speed_model.py)",
         },
     }
 
@@ -110,6 +119,26 @@ def _held_out_fields(train: float | None, served: float | None, source: str) -> 
     return {
         "served_held_out": served,
         "train_error_held_out": _relative(train, served) if same_prompts else None,
+    }
+
+
+def _speed_fields(depth: int, train: float | None, result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The sweep's measured speedup of chain `depth` at its gate's concurrency, and train's prediction of it
+    through the sweep's cost profile (None where either is missing)."""
+    result = result or {}
+    profile, level = result.get("cost_profile"), result.get("gate_concurrency")
+    label = f"{depth},1,{depth + 1}"
+    row = next((r for r in _mappings(result.get("rows")) if r.get("config") == label), {})
+    measured = row.get("speedup") if isinstance(row.get("speedup"), int | float) else None
+    predicted = None
+    if isinstance(profile, Mapping) and isinstance(level, int) and train is not None:
+        value = predict_from_profile(profile, label, level, train, int(profile.get("new_tokens") or 0))
+        predicted = round(value, 4) if value is not None else None
+    return {
+        "speedup": measured,
+        "predicted_speedup": predicted,
+        "speedup_error": _relative(predicted, measured),
+        "speedup_concurrency": level if measured is not None else None,
     }
 
 

@@ -64,8 +64,11 @@ class SpecConfig(BaseModel):
 
 
 class BenchmarkParams(StageParams):
-    mode: Literal["single", "sweep"] = Field(
-        "single", description="single: one server; sweep: a baseline and one server per config"
+    mode: Literal["single", "sweep", "profile"] = Field(
+        "single",
+        description="single: one server; sweep: a baseline and one server per config; profile: the same "
+        "servers, one short wave each per concurrency (no rounds, no gate): the cost profile and the "
+        "speedup it predicts from accept_lengths, before any sweep",
     )
     url: str | None = Field(None, description="single mode: a ready server speaking SGLang's API")
     launch: LaunchParams | None = Field(
@@ -85,7 +88,11 @@ class BenchmarkParams(StageParams):
         "default 16, 10, 5 when neither configs nor depths is given",
     )
     repeats: int = Field(
-        5, ge=2, le=100, description="sweep: measured rounds per config (a confidence interval needs 2+)"
+        5,
+        ge=1,
+        le=100,
+        description="sweep: measured rounds per config and concurrency; each round pairs every request's "
+        "speculative run with the same request's baseline run, and the speedup's interval resamples requests",
     )
     interleave: bool = Field(
         True,
@@ -98,7 +105,38 @@ class BenchmarkParams(StageParams):
     )
     max_prompts: int = Field(64, ge=1, le=100_000)
     max_new_tokens: int = Field(128, ge=1, le=32_768)
-    concurrency: int = Field(1, ge=1, le=1024)
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="requests in flight; in a sweep, the concurrency the release gate judges",
+    )
+    concurrencies: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=8,
+        description="sweep: every config measured at each of these numbers of requests in flight (e.g. "
+        "[1, 8, 32]), to show where speculation stops paying; default [concurrency], which must be among "
+        "them",
+    )
+    max_speedup_half_width: float = Field(
+        0.05,
+        gt=0,
+        le=10,
+        description="sweep: a judged speedup whose 95 % interval holds the threshold is `inconclusive` (no "
+        "verdict, with how many more requests would decide) while it reaches further than this either side "
+        "(half its width, in speedup units); an interval wholly on one side of the threshold decides",
+    )
+    accept_lengths: dict[Depth, Annotated[float, Field(ge=1.0, le=65.0)]] | None = Field(
+        None,
+        description="sweep/profile: acceptance length by chain depth that the speedup is predicted from "
+        "(train's held-out estimate, `held_out/sim_accept_len_d{N}`), reported beside the measurement",
+    )
+    profile: bool = Field(
+        True,
+        description="sweep: a short cost profile of each server before it is measured (one wave of "
+        "requests per concurrency: prefill, decode step or verify cycle), the speedup predicted from it",
+    )
     warmup_requests: int = Field(2, ge=0, le=1000)
     send_as: Literal["text", "input_ids"] = Field(
         "text", description="input_ids: the prompt's UTF-8 bytes as ids, for targets without a tokenizer"
@@ -135,7 +173,15 @@ class BenchmarkParams(StageParams):
                 raise ValueError("single mode needs url, e.g. http://127.0.0.1:30000")
             return self
         if self.launch is None or self.launch.draft is None:
-            raise ValueError("sweep mode needs launch with a draft")
+            raise ValueError(f"{self.mode} mode needs launch with a draft")
+        levels = self.sweep_concurrencies()
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"concurrencies repeat: {levels}")
+        if self.concurrency not in levels:
+            raise ValueError(
+                f"the gate judges at concurrency {self.concurrency}, which is not among concurrencies "
+                f"{levels}: add it, or set concurrency to one of them"
+            )
         launch = self.launch
         if launch.depth is not None or launch.num_steps or launch.eagle_topk or launch.num_draft_tokens:
             raise ValueError(
@@ -160,6 +206,10 @@ class BenchmarkParams(StageParams):
             return list(self.configs)
         return [SpecConfig.chain(depth) for depth in self.depths or DEFAULT_DEPTHS]
 
+    def sweep_concurrencies(self) -> list[int]:
+        """The concurrencies each config is measured at, in order: concurrencies, else [concurrency]."""
+        return list(self.concurrencies) if self.concurrencies is not None else [self.concurrency]
+
     def chosen(self) -> SpecConfig | None:
         if self.chosen_depth is not None:
             return SpecConfig.chain(self.chosen_depth)
@@ -170,7 +220,7 @@ class BenchmarkParams(StageParams):
         return super().host_paths() + nested
 
     def needs_gpus(self) -> bool:
-        return self.mode == "sweep" and self.launch is not None and self.launch.needs_gpus()
+        return self.mode != "single" and self.launch is not None and self.launch.needs_gpus()
 
     def gpus_optional(self) -> bool:
         return self.launch is not None and self.launch.gpus_optional()

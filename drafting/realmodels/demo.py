@@ -44,7 +44,12 @@ CPU_TRAIN: dict[str, Any] = {
 
 
 def write_real_demo(
-    folder: Path, *, target: str = "smollm2", gguf: Path | None = None, held_out: int = HELD_OUT_PROMPTS
+    folder: Path,
+    *,
+    target: str = "smollm2",
+    gguf: Path | None = None,
+    held_out: int = HELD_OUT_PROMPTS,
+    eval_prompts: int = EVAL_PROMPTS,
 ) -> dict[str, str]:
     """The built target (cached), training prompts and MT-Bench under `folder` (`held_out` questions of it
     as the validation set); returns their paths."""
@@ -54,7 +59,7 @@ def write_real_demo(
     shutil.copyfile(resolve_source("default"), train_prompts)
     evaluated, validated = split_prompt_file(
         resolve_source("mtbench"),
-        EVAL_PROMPTS,
+        eval_prompts,
         held_out,
         folder / "mtbench_eval.jsonl",
         folder / "mtbench_held_out.jsonl",
@@ -69,7 +74,12 @@ def write_real_demo(
 
 
 def real_pipeline_spec(
-    assets: dict[str, str], *, workdir: str, self_prompts: int = 16, eval_prompts: int = EVAL_PROMPTS
+    assets: dict[str, str],
+    *,
+    workdir: str,
+    self_prompts: int = 16,
+    eval_prompts: int = EVAL_PROMPTS,
+    draft_vocab_size: int | None = None,
 ) -> dict[str, Any]:
     """An eagle3 pipeline from prompts over a real target, on the CPU (the reference engine); with
     `held_out_prompts` among the assets, a held-out validation set made from them."""
@@ -96,7 +106,7 @@ def real_pipeline_spec(
         "generate": generate,
         "workdir": workdir,
         "extract": {"device": "cpu", "dtype": "float32", "max_len": 256, "batch_size": 4},
-        "train": dict(CPU_TRAIN),
+        "train": {**CPU_TRAIN, **_vocab(draft_vocab_size)},
         "eval": {
             "device": "cpu",
             "depths": [3, 5],
@@ -148,12 +158,15 @@ def gpu_pipeline_spec(
     configs: list[dict[str, int]] | None = None,
     repeats: int = 3,
     sglang_args: list[str] | None = None,
+    draft_vocab_size: int | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An eagle3 pipeline from prompts the target writes itself, on a GPU host with SGLang. `sglang_args`
     go to every SGLang launch (a wheel set without flashinfer needs triton attention and pytorch sampling).
     eval is left out unless asked (`eval_step`): on the GPU it decodes the sweep's requests again, about
     3.5 minutes, and the sweep measures what eval predicts (within 2 %,
-    docs/design/eval-predicts-serving.md)."""
+    docs/design/eval-predicts-serving.md). `sweep`: benchmark fields that replace the recipe's (a target's
+    own configs, concurrencies, prompts)."""
     extra = list(sglang_args or [])
     self_prompts: dict[str, Any] = {"count": conversations, "temperature": 1.0, "max_new_tokens": 160}
     if openers:
@@ -179,6 +192,7 @@ def gpu_pipeline_spec(
             "max_len": 1024,
             "lr": lr,
             "ttt_steps": 7,
+            **_vocab(draft_vocab_size),
         },
         "eval": None,
         "benchmark": {
@@ -188,6 +202,7 @@ def gpu_pipeline_spec(
             "max_new_tokens": SWEEP_TOKENS,
             "repeats": repeats,
             "launch": {"engine": "sglang", "mem_fraction_static": 0.35, "extra_args": extra},
+            **(sweep or {}),
         },
     }
     if eval_step:
@@ -200,3 +215,49 @@ def gpu_pipeline_spec(
         # docs/design/checkpoint-choice.md)
         spec["held_out"] = {"prompts": assets["held_out_prompts"], "serve": True}
     return spec
+
+
+# Qwen2.5-Coder-1.5B's GPU sweep: chains of depth 3, 5 and 7 and a tree, each at 1, 8 and 32 requests in
+# flight, over 32 MT-Bench questions (four per category): 32 in flight need 32 requests at once, and the
+# paired speedup's interval resamples requests (32 narrow it where 8 cannot). The other 48 questions are
+# the held-out set that picks the checkpoint; none is trained on.
+QWEN_GPU_EVAL_PROMPTS = 32
+QWEN_GPU_SWEEP: dict[str, Any] = {
+    "configs": [
+        {"steps": 3, "topk": 1, "draft_tokens": 4},
+        {"steps": 5, "topk": 1, "draft_tokens": 6},
+        {"steps": 7, "topk": 1, "draft_tokens": 8},
+        {"steps": 5, "topk": 4, "draft_tokens": 8},
+    ],
+    "concurrencies": [1, 8, 32],
+    "max_prompts": QWEN_GPU_EVAL_PROMPTS,
+    "repeats": 2,
+}
+# Per target, for the GPU recipe: its sweep, and how MT-Bench's 80 questions are cut (sweep, held out).
+DEMO_TARGET_OPTIONS: dict[str, dict[str, Any]] = {
+    "qwen2.5-coder-1.5b": {"sweep": QWEN_GPU_SWEEP, "eval_prompts": QWEN_GPU_EVAL_PROMPTS, "held_out": 48}
+}
+
+
+def demo_prompt_counts(target: str, gpu: bool) -> tuple[int, int]:
+    """(questions the sweep asks, held-out questions) of MT-Bench for the demo of `target`."""
+    if not gpu:
+        return EVAL_PROMPTS, HELD_OUT_PROMPTS
+    options = DEMO_TARGET_OPTIONS.get(target, {})
+    return options.get("eval_prompts", EVAL_PROMPTS), options.get("held_out", GPU_HELD_OUT_PROMPTS)
+
+
+def demo_pipeline_spec(target: str, assets: dict[str, str], *, workdir: str, gpu: bool) -> dict[str, Any]:
+    """The demo's pipeline for a real target: the GPU recipe or the CPU one, with the target's draft
+    vocabulary (drafting.realmodels.REAL_TARGETS) and, on the GPU, its own sweep where it has one."""
+    from drafting.realmodels import REAL_TARGETS
+
+    vocab = REAL_TARGETS[target].draft_vocab_size
+    if not gpu:
+        return real_pipeline_spec(assets, workdir=workdir, draft_vocab_size=vocab)
+    sweep = DEMO_TARGET_OPTIONS.get(target, {}).get("sweep")
+    return gpu_pipeline_spec(assets, workdir=workdir, draft_vocab_size=vocab, sweep=sweep)
+
+
+def _vocab(draft_vocab_size: int | None) -> dict[str, int]:
+    return {} if draft_vocab_size is None else {"draft_vocab_size": draft_vocab_size}

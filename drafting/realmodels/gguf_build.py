@@ -7,10 +7,13 @@ file, once: cached behind a marker, written atomically, checked after.
 - **Atomic.** The folder is written beside its destination (`drafting.checkpoint.atomic`) and renamed into
   place only once saved and checked, so a killed build leaves nothing half-written at the destination (the
   next build clears the leftovers of dead processes).
-- **Checked.** The saved config is read back the way the doctor reads a target (`load_target`) and must match
-  the architecture the builder expects; the weights must hold the embedding and, for a tied target, no
-  `lm_head.weight` (tied targets have none: consumers use the embedding); the tokenizer must carry a chat
-  template.
+- **Checked before.** The GGUF's header (drafting.realmodels.gguf_header) must name the architecture,
+  block count, hidden size and vocabulary the recipe expects, and a tied target no `output.weight`, before
+  the minutes of conversion start.
+- **Checked after.** The saved config is read back the way the doctor reads a target (`load_target`) and
+  must match the architecture the builder expects; the weights must hold the embedding and, for a tied
+  target, no `lm_head.weight` (tied targets have none: consumers use the embedding); the tokenizer must
+  carry a chat template.
 
 transformers reads GGUF itself (`from_pretrained(..., gguf_file=...)`, needing the `gguf` and `accelerate`
 packages). Newer transformers keep a quantised GGUF's weights packed unless asked to dequantise; a packed
@@ -20,7 +23,6 @@ model cannot be saved, so the build asks for dequantised weights where the optio
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import time
@@ -34,14 +36,14 @@ from drafting.checkpoint import atomic
 from drafting.checkpoint.target import load_target
 from drafting.outputs import OutputMark, open_folder, read_mark, write_mark
 from drafting.prompting.chat import has_chat_template
+from drafting.realmodels.gguf_header import GgufHeader
+from drafting.realmodels.gguf_source import GgufSource, SingleGguf, TargetBuildError, file_identity
+
+__all__ = ["BuiltTarget", "Expected", "TargetBuildError", "build_from_gguf", "file_identity", "read_marker"]
 
 MARKER = "eyas-target.json"
 _HEAD_NAMES = ("lm_head.weight",)
 _EMBED_NAME = "model.embed_tokens.weight"
-
-
-class TargetBuildError(RuntimeError):
-    """A build that cannot start (no GGUF, a folder that is not eyas's) or whose result fails its check."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Expected:
     """What the built folder must be: the facts a consumer of this target relies on."""
 
     architecture: str
+    gguf_architecture: str  # general.architecture in the GGUF's header, e.g. "llama", "qwen2"
     num_layers: int
     hidden_size: int
     vocab_size: int
@@ -58,7 +61,7 @@ class Expected:
 @dataclass(frozen=True)
 class BuiltTarget:
     folder: Path
-    gguf: Path
+    gguf: str  # the GGUF file built from (its path), or a split GGUF's name
     built: bool  # False: the cached folder was reused
     seconds: float
     marker: dict[str, Any]
@@ -66,34 +69,45 @@ class BuiltTarget:
     def as_dict(self) -> dict[str, Any]:
         return {
             "folder": str(self.folder),
-            "gguf": str(self.gguf),
+            "gguf": self.gguf,
             "built": self.built,
             "seconds": round(self.seconds, 2),
             **self.marker,
         }
 
 
-def file_identity(path: Path) -> dict[str, Any]:
-    """name, size and sha256 of a file (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(2**20):
-            digest.update(block)
-    return {"name": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}
-
-
 def build_from_gguf(
-    folder: Path, gguf: Path, *, builder: str, version: int, expected: Expected, dtype: str = "bfloat16"
+    folder: Path,
+    gguf: Path | GgufSource,
+    *,
+    builder: str,
+    version: int,
+    expected: Expected,
+    dtype: str = "bfloat16",
 ) -> BuiltTarget:
-    """The HF folder of `gguf` at `folder` (see the module doc); TargetBuildError when it cannot be made."""
+    """The HF folder of `gguf` (a file, or a source such as a split GGUF) at `folder` (see the module doc);
+    TargetBuildError when it cannot be made."""
     started = time.monotonic()
-    folder, gguf = Path(folder).absolute(), Path(gguf).absolute()
-    if not gguf.is_file():
-        raise TargetBuildError(f"{gguf}: no such GGUF file")
-    wanted = {"builder": builder, "builder_version": version, "dtype": dtype, "gguf": file_identity(gguf)}
+    folder = Path(folder).absolute()
+    source = SingleGguf(Path(gguf).absolute()) if isinstance(gguf, str | Path) else gguf
+    wanted = {"builder": builder, "builder_version": version, "dtype": dtype, "gguf": source.identity()}
     folder.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(folder):
-        return _build_locked(folder, gguf, wanted, expected, dtype, started)
+        return _build_locked(folder, source, wanted, expected, dtype, started)
+
+
+def header_problems(header: GgufHeader, expected: Expected) -> list[str]:
+    """What in a GGUF's header differs from what the recipe expects (empty: it is the model expected)."""
+    facts = {
+        "architecture": (header.architecture, expected.gguf_architecture),
+        "block_count": (header.arch_value("block_count"), expected.num_layers),
+        "embedding_length": (header.arch_value("embedding_length"), expected.hidden_size),
+        "vocabulary (token_embd rows)": (header.vocab_size, expected.vocab_size),
+        "tied embeddings (no output.weight)": (not header.has_output_tensor, expected.tied_embeddings),
+    }
+    return [
+        f"{name} is {value}, expected {wanted}" for name, (value, wanted) in facts.items() if value != wanted
+    ]
 
 
 @contextmanager
@@ -110,21 +124,24 @@ def _exclusive(folder: Path) -> Iterator[None]:
 
 
 def _build_locked(
-    folder: Path, gguf: Path, wanted: dict[str, Any], expected: Expected, dtype: str, started: float
+    folder: Path, source: GgufSource, wanted: dict[str, Any], expected: Expected, dtype: str, started: float
 ) -> BuiltTarget:
     with atomic.Destination(folder, OutputMark("gguf_build")) as place:
         place.clean_stale()
         current = read_marker(folder)
+        name = str(source.path) if isinstance(source, SingleGguf) else str(wanted["gguf"]["name"])
         if current is not None and _same_build(current, wanted):
             check_target_folder(folder, expected)
-            return BuiltTarget(folder, gguf, False, time.monotonic() - started, current)
+            return BuiltTarget(folder, name, False, time.monotonic() - started, current)
         if folder.exists() and current is None and any(folder.iterdir()):
             raise TargetBuildError(
                 f"{folder} exists and was not built by eyas (no {MARKER}); pick an empty or new folder"
             )
+        if problems := header_problems(source.header(), expected):
+            raise TargetBuildError(f"{name}: not the model this target expects: " + "; ".join(problems))
         if current is not None:
             _mark_as_output(place)  # built before output folders carried eyas's output marker
-        with place.workspace() as work:
+        with place.workspace() as work, source.materialise(work) as gguf:
             out = work / "target"
             _convert(gguf, out, dtype)
             check_target_folder(out, expected)
@@ -134,7 +151,7 @@ def _build_locked(
                 folder.rmdir()  # an empty folder made for us: nothing to set aside
             place.mark(out)
             place.move_into_place(out)
-    return BuiltTarget(folder, gguf, True, time.monotonic() - started, marker)
+    return BuiltTarget(folder, name, True, time.monotonic() - started, marker)
 
 
 def _mark_as_output(place: atomic.Destination) -> None:

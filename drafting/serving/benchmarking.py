@@ -56,7 +56,7 @@ def warm_up(
     url = url.rstrip("/")
     if not (warmup_requests or timing == "auto"):
         return options
-    _flush(url, log)
+    flush(url, log)
     warmup = [prompts[i % len(prompts)] for i in range(max(warmup_requests, 1))]
     records, _ = run_load(url, warmup, replace(options, concurrency=1))
     _raise_on_errors(records, "warm-up")
@@ -70,10 +70,10 @@ def measure_batch(url: str, prompts: Sequence[Prompt], options: LoadOptions, *, 
     """One measured batch from a flushed cache (the flush also resets SGLang's acceptance counters, so
     /server_info's acceptance afterwards is this batch's)."""
     url = url.rstrip("/")
-    _flush(url, log)
+    flush(url, log)
     records, wall = run_load(url, prompts, options)
     summary = summarize(records, wall)
-    summary["server_accept_len"] = _server_accept_len(url)
+    summary["server_accept_len"] = server_accept_len(url)
     return BenchmarkRun(summary, records)
 
 
@@ -83,7 +83,7 @@ def _raise_on_errors(records: Sequence[RequestRecord], what: str) -> None:
         raise RuntimeError(f"{what} request failed: {failed[0]}")
 
 
-def _flush(url: str, log: Log) -> None:
+def flush(url: str, log: Log) -> None:
     """Reset the server's cache and spec counters (SGLang answers 400 while busy: then say so and go on)."""
     try:
         response = httpx.post(f"{url}/flush_cache", timeout=30)
@@ -94,7 +94,7 @@ def _flush(url: str, log: Log) -> None:
         log(f"flush_cache answered {response.status_code}: {response.text.strip()[:200]}")
 
 
-def _server_accept_len(url: str) -> float | None:
+def server_accept_len(url: str) -> float | None:
     """/server_info's internal_states[0].avg_spec_accept_length (None where absent)."""
     try:
         info = httpx.get(f"{url}/server_info", timeout=30).json()

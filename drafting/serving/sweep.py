@@ -1,13 +1,14 @@
 """Config sweep: a no-speculation baseline against each speculative config, in repeated, interleaved rounds.
 
-Host drift (clocks, thermals, a noisy neighbour) must hit baseline and speculative batches alike, so the
+Host drift (clocks, thermals, a noisy neighbour) must hit baseline and speculative runs alike, so the
 baseline server stays up for the whole sweep beside one speculative server at a time, and each config is
-measured in `repeats` rounds of one baseline batch and one speculative batch (same prompts), the order
-alternating (B S, S B, B S, …) so neither side always runs first. A round's speedup is the ratio of its
-pair; the rows give the geometric mean with a 95 % interval on the log ratio (speedup_stats) and the
-release gate judges the interval's lower bound.
-Where two servers do not fit (or interleave is false) each server is measured alone, rounds back to back,
-and the result says `interleaved: false` and why.
+measured at each concurrency in `repeats` rounds; a round sends the prompts in blocks of `concurrency`
+requests to both servers, the side that goes first alternating from block to block (paired_rounds.py), so
+each request's speculative run is paired with the same request's baseline run. The rows give the paired
+speedup with a 95 % interval over requests (paired_speedup.py) and the release gate judges its lower bound
+at the gate's concurrency, or calls the sweep inconclusive (sweep_gate.py). Where two servers do not fit
+(or interleave is false) each server is measured alone, rounds back to back, request i of a config's round
+paired with request i of the baseline's, and the result says `interleaved: false` and why.
 
 After a config's rounds, its greedy outputs are judged against the baseline's (SweepJudge: a divergence is
 scored by the target on the CPU, while the servers hold the GPUs; `numerics` in the result says how).
@@ -23,10 +24,9 @@ A failure that ends the sweep early still leaves the configs measured so far in 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contract.params.benchmark import BenchmarkParams, SpecConfig
@@ -34,27 +34,28 @@ from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
 from drafting.serving import sweep_servers as servers
 from drafting.serving.benchmarking import BenchmarkRun, load_options, measure_batch, warm_up
+from drafting.serving.cost_profile import CostProfile, annotate, profile_run
 from drafting.serving.divergence import TargetScorer
 from drafting.serving.lifecycle import LiveServer, checked_launch, host_facts, launched_server, raise_if_died
 from drafting.serving.load_client import LoadOptions
+from drafting.serving.paired_rounds import BASELINE, SPECULATIVE, measure_paired_round
 from drafting.serving.prompts import Prompt
-from drafting.serving.render import render_launch, resolve_engine
-from drafting.serving.smoke import SmokeOptions, SweepSmoke, target_tokenizer
-from drafting.serving.sweep_judge import SweepJudge
+from drafting.serving.render import resolve_engine
+from drafting.serving.smoke import SmokeOptions, SweepSmoke
+from drafting.serving.sweep_gate import best_config, release_gate
+from drafting.serving.sweep_judge import PromptIds, SweepJudge
 from drafting.serving.sweep_report import (
     BASELINE_LABEL,
     ConfigRounds,
     baseline_row,
-    best_config,
     config_row,
     format_table,
     judge_outputs,
-    release_gate,
 )
+from drafting.serving.sweep_speed import concurrency_summary
 from drafting.stages.base import StageContext, StageError
 
 __all__ = ["format_table", "release_gate", "run_sweep"]
-BASELINE, SPECULATIVE = "baseline", "speculative"
 
 
 @dataclass
@@ -76,23 +77,38 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
         gpu_total_mib=servers.smallest_total_mib(readings),
         weights_mib=servers.weights_mib(params.launch.model),
     )
-    ctx.log(f"sweep of {len(configs)} config(s) × {params.repeats} rounds; {layout.reason}")
-    cuda_graphs = _preflight(ctx, params, configs, layout)
+    levels = params.sweep_concurrencies()
+    ctx.log(
+        f"sweep of {len(configs)} config(s) × {params.repeats} round(s) at concurrency "
+        f"{', '.join(map(str, levels))}; {layout.reason}"
+    )
+    cuda_graphs = servers.preflight(ctx, params, configs, layout)
     sweep = _Sweep(ctx, params, prompts, layout)
+    if params.mode == "profile":
+        return profile_run(ctx, params, configs, sweep, {"engine": engine, "cuda_graphs": cuda_graphs})
     try:
         if layout.interleaved:
             measured = sweep.interleaved(configs, free_before=servers.smallest_free_mib(readings))
         else:
             measured = sweep.one_server_at_a_time(configs)
     except StageError as exc:
-        exc.details.setdefault("rows_measured", [sweep.row(rounds) for rounds in sweep.measured])
+        exc.details.setdefault(
+            "rows_measured", [sweep.row(config_levels) for config_levels in sweep.measured]
+        )
         raise
     finally:
         sweep.release()
-    baseline_runs = [run for rounds in measured for run in rounds.baseline]
+    at_gate = [rounds for levels in measured for rounds in levels if rounds.concurrency == params.concurrency]
+    baseline_runs = [run for rounds in at_gate for run in rounds.baseline]
     unique_baseline = list({id(run): run for run in baseline_runs}.values())
-    rows = [baseline_row(unique_baseline), *(sweep.row(rounds) for rounds in measured)]
-    gate = release_gate(rows, params.chosen(), params.speedup_threshold)
+    rows = [baseline_row(unique_baseline, params.concurrency), *(sweep.row(levels) for levels in measured)]
+    profile = sweep.profile.as_dict() if params.profile else None
+    if profile is not None:
+        annotate(rows, profile, params.accept_lengths)
+    gate = release_gate(rows, params.chosen(), params.speedup_threshold, params.max_speedup_half_width)
+    by_concurrency = concurrency_summary(rows)
+    for line in by_concurrency:
+        ctx.log(f"speedup by concurrency: {line}")
     ctx.progress(1.0, "sweep done")
     return {
         "engine": engine,
@@ -100,33 +116,14 @@ def run_sweep(ctx: StageContext, params: BenchmarkParams, prompts: Sequence[Prom
         "gate": gate,
         "best_config": best_config(rows),
         "repeats": params.repeats,
+        "concurrencies": levels,
+        "gate_concurrency": params.concurrency,
+        "speedup_by_concurrency": by_concurrency,
         **layout.as_dict(),
         "cuda_graphs": cuda_graphs,
         "numerics": sweep.judge.summary(),
+        "cost_profile": profile,
     }
-
-
-def _preflight(
-    ctx: StageContext, params: BenchmarkParams, configs: Sequence[SpecConfig], layout: servers.SweepLayout
-) -> dict[str, Any]:
-    """Render every server of the sweep before starting any: a config the engine cannot serve (a tree on
-    the reference engine) fails now, not after the configs before it were measured."""
-    assert params.launch is not None
-    host = host_facts(ctx.gpus)
-    problems: list[str] = []
-    graphs: dict[str, Any] = {}
-    for config in configs:
-        spec = servers.server_spec(params.launch, config, port=layout.speculative_port, mem_fraction=None)
-        rendered = render_launch(spec, host=host, use_sglang_parser=False)
-        graphs = rendered.cuda_graphs
-        problems += [f"{config.label}: {f.code}: {f.message}" for f in rendered.errors]
-    if problems:
-        raise StageError(
-            "sweep refused before starting anything: " + "; ".join(problems),
-            reason=TerminationReason.LAUNCH_CHECK_FAILED,
-            details={"problems": problems},
-        )
-    return graphs
 
 
 class _Sweep:
@@ -144,16 +141,22 @@ class _Sweep:
         scorer = TargetScorer(model, device="cpu")  # loaded only when a divergence needs it, then once
         self.smoke = _smoke(params, scorer)
         self.judge = SweepJudge(model, PromptIds(prompts, params.send_as, model), scorer=scorer)
-        self.measured: list[ConfigRounds] = []  # configs done so far, refused ones included
+        self.measured: list[list[ConfigRounds]] = []  # configs done so far (one per concurrency), refused too
         self.categories = [prompt.category for prompt in prompts]
+        self.levels = params.sweep_concurrencies()
+        self.profile = CostProfile(params.max_new_tokens)
 
-    def row(self, rounds: ConfigRounds) -> dict[str, Any]:
-        return config_row(rounds, self.categories)
+    def row(self, levels: list[ConfigRounds]) -> dict[str, Any]:
+        """A config's row at the gate's concurrency, with every level's speedup (a refused config has one)."""
+        primary = next((r for r in levels if r.concurrency == self.params.concurrency), levels[0])
+        return config_row(primary, self.categories, levels if primary.rejected is None else ())
 
     def release(self) -> None:
         self.judge.release()  # the smoke check's scorer is the same one
 
-    def interleaved(self, configs: Sequence[SpecConfig], *, free_before: float | None) -> list[ConfigRounds]:
+    def interleaved(
+        self, configs: Sequence[SpecConfig], *, free_before: float | None
+    ) -> list[list[ConfigRounds]]:
         layout = self.layout
         base_spec = servers.server_spec(
             self.launch, None, port=layout.baseline_port, mem_fraction=layout.share
@@ -172,17 +175,34 @@ class _Sweep:
                 )
                 try:
                     with self._server(spec, config) as speculative:
-                        rounds = self._rounds(config, number, len(configs), baseline, speculative)
+                        levels = self._levels(config, number, len(configs), baseline, speculative)
                 except ConfigRefused as refused:
-                    rounds = refused.rounds
+                    levels = [refused.rounds]
                 servers.wait_memory_back(readings)
-                self._done(rounds)
+                self._done(levels)
         servers.wait_gpus_clean(self.ctx)
         return self.measured
 
-    def one_server_at_a_time(self, configs: Sequence[SpecConfig]) -> list[ConfigRounds]:
-        """Each server alone (the baseline first), its rounds back to back; round i of a config is paired
-        with the baseline's round i. Drift between the two is not cancelled: the result says so."""
+    def profile_only(self, configs: Sequence[SpecConfig]) -> list[dict[str, Any]]:
+        """Each server alone, profiled as it starts (_server); configs refused by their smoke test are
+        returned with their reports."""
+        refused = []
+        for number, config in enumerate([None, *configs]):
+            self.ctx.check_cancelled()
+            self.ctx.progress(number / (len(configs) + 1), f"{_label(config)}: launching to profile")
+            spec = servers.server_spec(self.launch, config, port=self.layout.baseline_port, mem_fraction=None)
+            try:
+                with self._server(spec, config):
+                    pass
+            except ConfigRefused as exc:
+                refused.append({"config": exc.rounds.config.label, **(exc.rounds.rejected or {})})
+            servers.wait_gpus_clean(self.ctx)
+        return refused
+
+    def one_server_at_a_time(self, configs: Sequence[SpecConfig]) -> list[list[ConfigRounds]]:
+        """Each server alone (the baseline first), its rounds back to back at each concurrency; round i of a
+        config is paired with the baseline's round i at the same concurrency, request by request. Drift
+        between the two is not cancelled: the result says so."""
         self.ctx.progress(0.0, f"{BASELINE_LABEL}: launching")
         base_spec = servers.server_spec(self.launch, None, port=self.layout.baseline_port, mem_fraction=None)
         baseline_runs = self._alone(base_spec, None)
@@ -193,59 +213,80 @@ class _Sweep:
             try:
                 runs = self._alone(spec, config)
             except ConfigRefused as refused:
-                self._done(refused.rounds)
+                self._done([refused.rounds])
                 servers.wait_gpus_clean(self.ctx)
                 continue
-            orders = [[BASELINE, SPECULATIVE] for _ in runs]
-            rounds = ConfigRounds(config, baseline_runs[: len(runs)], runs, orders)
-            for index in range(len(runs)):
-                self._emit_round(rounds, index, [])
-            self._done(rounds)
+            levels = []
+            for level in self.levels:
+                measured = runs[level]
+                orders = [[BASELINE, SPECULATIVE] for _ in measured]
+                rounds = ConfigRounds(config, level, baseline_runs[level][: len(measured)], measured, orders)
+                for index in range(len(measured)):
+                    self._emit_round(rounds, index, [])
+                levels.append(rounds)
+            self._done(levels)
         return self.measured
 
-    def _alone(self, spec: LaunchParams, config: SpecConfig | None) -> list[BenchmarkRun]:
+    def _alone(self, spec: LaunchParams, config: SpecConfig | None) -> dict[int, list[BenchmarkRun]]:
         with self._server(spec, config) as alone:
-            runs = []
-            for number in range(self.params.repeats):
-                self.ctx.check_cancelled()
-                raise_if_died(alone.server)
-                runs.append(measure_batch(alone.server.url, self.prompts, alone.options, log=self.ctx.log))
-                self.ctx.log(
-                    f"{_label(config)}: round {number + 1}: {runs[-1].summary.get('output_tok_s')} tok/s"
-                )
+            runs: dict[int, list[BenchmarkRun]] = {}
+            for level in self.levels:
+                options = replace(alone.options, concurrency=level)
+                runs[level] = []
+                for number in range(self.params.repeats):
+                    self.ctx.check_cancelled()
+                    raise_if_died(alone.server)
+                    runs[level].append(
+                        measure_batch(alone.server.url, self.prompts, options, log=self.ctx.log)
+                    )
+                    self.ctx.log(
+                        f"{_label(config)}: concurrency {level}, round {number + 1}: "
+                        f"{runs[level][-1].summary.get('output_tok_s')} tok/s"
+                    )
         servers.wait_gpus_clean(self.ctx)
         return runs
 
-    def _rounds(
+    def _levels(
         self, config: SpecConfig, number: int, total: int, baseline: Measured, speculative: Measured
-    ) -> ConfigRounds:
+    ) -> list[ConfigRounds]:
         # The baseline sat idle while this config's server loaded: warm it again, as the new one was.
         baseline.options = self._warm(baseline.server, baseline.options)
-        rounds = ConfigRounds(config)
-        for index in range(self.params.repeats):
-            self.ctx.check_cancelled()
-            order = [BASELINE, SPECULATIVE] if index % 2 == 0 else [SPECULATIVE, BASELINE]
-            batches: list[dict[str, Any]] = []
-            runs: dict[str, BenchmarkRun] = {}
-            for side in order:
-                measured = baseline if side == BASELINE else speculative
-                raise_if_died(baseline.server)
-                raise_if_died(speculative.server)
-                started = time.time()
-                runs[side] = measure_batch(
-                    measured.server.url, self.prompts, measured.options, log=self.ctx.log
+        levels = []
+        steps = len(self.levels) * self.params.repeats
+        for position, level in enumerate(self.levels):
+            if level > len(self.prompts):
+                self.ctx.log(
+                    f"{config.label}: concurrency {level} asks more requests in flight than the "
+                    f"{len(self.prompts)} prompts: at most {len(self.prompts)} run at once"
                 )
-                batches.append(
-                    {"side": side, "url": measured.server.url, "started_at": started, "ended_at": time.time()}
+            rounds = ConfigRounds(config, level)
+            for index in range(self.params.repeats):
+                self.ctx.check_cancelled()
+
+                def alive() -> None:
+                    self.ctx.check_cancelled()
+                    raise_if_died(baseline.server)
+                    raise_if_died(speculative.server)
+
+                paired = measure_paired_round(
+                    (baseline.server.url, baseline.options),
+                    (speculative.server.url, speculative.options),
+                    self.prompts,
+                    concurrency=level,
+                    round_index=index,
+                    log=self.ctx.log,
+                    between_blocks=alive,
                 )
-            rounds.baseline.append(runs[BASELINE])
-            rounds.speculative.append(runs[SPECULATIVE])
-            rounds.orders.append(order)
-            self._emit_round(rounds, index, batches)
-            self.ctx.progress(
-                (number + (index + 1) / self.params.repeats) / total, f"{config.label}: round {index + 1}"
-            )
-        return rounds
+                rounds.baseline.append(paired.baseline)
+                rounds.speculative.append(paired.speculative)
+                rounds.orders.append(paired.order)
+                self._emit_round(rounds, index, paired.blocks)
+                done = position * self.params.repeats + index + 1
+                self.ctx.progress(
+                    (number + done / steps) / total, f"{config.label}: concurrency {level}, round {index + 1}"
+                )
+            levels.append(rounds)
+        return levels
 
     def _emit_round(self, rounds: ConfigRounds, index: int, batches: list[dict[str, Any]]) -> None:
         row = rounds.round_rows()[index]
@@ -253,33 +294,44 @@ class _Sweep:
             {
                 "type": "benchmark_round",
                 "config": rounds.config.label,
+                "concurrency": rounds.concurrency,
                 **row,
                 "interleaved": self.layout.interleaved,
                 "batches": batches,
             }
         )
         self.ctx.log(
-            f"{rounds.config.label} round {row['round']} ({' then '.join(row['order'])}): baseline "
+            f"{rounds.config.label} at concurrency {rounds.concurrency}, round {row['round']} "
+            f"({' then '.join(row['order'])} first): baseline "
             f"{row['baseline_tok_s']} tok/s, speculative {row['speculative_tok_s']} tok/s, "
             f"speedup {row['speedup']}"
         )
 
-    def _done(self, rounds: ConfigRounds) -> None:
-        """Judge a config's outputs and report its row; it joins `measured`."""
-        self.measured.append(rounds)
-        if rounds.rejected is not None:
-            self.ctx.log(f"{rounds.config.label}: refused by its smoke test, not measured; the sweep goes on")
-            self.ctx.sink.emit({"type": "benchmark_row", **self.row(rounds)})
+    def _done(self, levels: list[ConfigRounds]) -> None:
+        """Judge a config's outputs over every level's rounds and report its row; it joins `measured`."""
+        self.measured.append(levels)
+        first = levels[0]
+        if first.rejected is not None:
+            self.ctx.log(f"{first.config.label}: refused by its smoke test, not measured; the sweep goes on")
+            self.ctx.sink.emit({"type": "benchmark_row", **self.row(levels)})
             return
-        judged = judge_outputs(rounds, self.judge)
+        every = ConfigRounds(
+            first.config,
+            first.concurrency,
+            [run for level in levels for run in level.baseline],
+            [run for level in levels for run in level.speculative],
+        )
+        judged = judge_outputs(every, self.judge)
+        for level in levels:
+            level.judged = judged
         counts = ", ".join(f"{verdict} {n}" for verdict, n in judged.counts().items())
         how = (
             f"compared bit for bit: {judged.strict_reason}"
             if judged.strict_reason
             else "judged by the target"
         )
-        self.ctx.log(f"{rounds.config.label}: outputs against the baseline's: {counts} ({how})")
-        self.ctx.sink.emit({"type": "benchmark_row", **self.row(rounds)})
+        self.ctx.log(f"{first.config.label}: outputs against the baseline's: {counts} ({how})")
+        self.ctx.sink.emit({"type": "benchmark_row", **self.row(levels)})
 
     @contextmanager
     def _server(self, spec: LaunchParams, config: SpecConfig | None) -> Iterator[Measured]:
@@ -289,7 +341,12 @@ class _Sweep:
             if self.smoke is not None:
                 self._smoke_check(server, config)
             self.ctx.log(f"{_label(config)}: ready after {server.ready_after_s:.1f} s at {server.url}")
-            yield Measured(server, self._warm(server, load_options(self.params)))
+            measured = Measured(server, self._warm(server, load_options(self.params)))
+            if self.params.profile or self.params.mode == "profile":
+                label = config.label if config else None
+                log = self.ctx.log
+                self.profile.measure(server.url, self.prompts, measured.options, self.levels, label, log=log)
+            yield measured
 
     def _smoke_check(self, server: LiveServer, config: SpecConfig | None) -> None:
         """A config whose outputs diverge beyond a near-tie is refused and the sweep goes on (a lossy verify
@@ -328,35 +385,6 @@ class ConfigRefused(Exception):
     def __init__(self, rounds: ConfigRounds) -> None:
         super().__init__(rounds.config.label)
         self.rounds = rounds
-
-
-class PromptIds:
-    """A prompt's token ids as the server got them (what a divergence is scored after): its own ids, its
-    bytes under send_as input_ids (load_client.request_body), else its text through the target's tokenizer,
-    as SGLang and the reference engine tokenize a `text` request. None where they cannot be known here."""
-
-    def __init__(self, prompts: Sequence[Prompt], send_as: str, model: str) -> None:
-        self.prompts, self.send_as, self.model = prompts, send_as, model
-        self._tokenizer: Any = None
-        self._loaded = False
-
-    def __call__(self, index: int) -> list[int] | None:
-        prompt = self.prompts[index]
-        if prompt.input_ids is not None or self.send_as == "input_ids":
-            return prompt.ids_or_bytes()
-        tokenizer = self._load()
-        if tokenizer is None or prompt.text is None:
-            return None
-        return list(tokenizer.encode(prompt.text))
-
-    def _load(self) -> Any:
-        if not self._loaded:
-            self._loaded = True
-            try:
-                self._tokenizer = target_tokenizer(self.model)
-            except (OSError, ValueError):  # no usable tokenizer: the divergence is compared bit for bit
-                self._tokenizer = None
-        return self._tokenizer
 
 
 def _smoke(params: BenchmarkParams, scorer: TargetScorer) -> SweepSmoke | None:

@@ -18,6 +18,8 @@ from drafting.serving.divergence import (
     classify,
     first_divergence,
 )
+from drafting.serving.prompts import Prompt
+from drafting.serving.smoke import target_tokenizer
 from drafting.userfiles import check_model_folder
 
 # The sweep's judge. A sweep sends the same prompts in every round of every config, so it compares many
@@ -251,3 +253,32 @@ def _strict(
     if position is not None and pair.baseline is not None and pair.candidate is not None:
         tokens = _tokens(pair.baseline, pair.candidate, position)
     return Divergence(pair.request, position, "unscored", *tokens, note=f"compared strictly: {why}")
+
+
+class PromptIds:
+    """A prompt's token ids as the server got them (what a divergence is scored after): its own ids, its
+    bytes under send_as input_ids (load_client.request_body), else its text through the target's tokenizer,
+    as SGLang and the reference engine tokenize a `text` request. None where they cannot be known here."""
+
+    def __init__(self, prompts: Sequence[Prompt], send_as: str, model: str) -> None:
+        self.prompts, self.send_as, self.model = prompts, send_as, model
+        self._tokenizer: Any = None
+        self._loaded = False
+
+    def __call__(self, index: int) -> list[int] | None:
+        prompt = self.prompts[index]
+        if prompt.input_ids is not None or self.send_as == "input_ids":
+            return prompt.ids_or_bytes()
+        tokenizer = self._load()
+        if tokenizer is None or prompt.text is None:
+            return None
+        return list(tokenizer.encode(prompt.text))
+
+    def _load(self) -> Any:
+        if not self._loaded:
+            self._loaded = True
+            try:
+                self._tokenizer = target_tokenizer(self.model)
+            except (OSError, ValueError):  # no usable tokenizer: the divergence is compared bit for bit
+                self._tokenizer = None
+        return self._tokenizer

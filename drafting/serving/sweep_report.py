@@ -1,9 +1,9 @@
-"""What a sweep reports: one row per server (the baseline, then each config), the release gate, a text table.
+"""What a sweep reports: one row per server (the baseline, then each config) and a text table.
 
-A config's speedup is the geometric mean of its per-round ratios (the speculative batch's tok/s over the
-baseline batch paired with it), with a Student-t 95 % interval computed on the log ratios (never below zero);
-the gate judges the interval's lower bound, so a config whose mean clears the threshold only by noise is not
-deployable. A threshold of 0 requires no speedup: the gate then judges outputs only and says so.
+A config's speedup pairs each request's speculative run with the same request's baseline run (the ratio of
+pooled paired throughputs, drafting/serving/paired_speedup.py) with a 95 % interval over requests. A config
+measured at several concurrencies has its row at the gate's concurrency and `by_concurrency` for all of
+them (drafting/serving/sweep_speed.py). The release gate (drafting/serving/sweep_gate.py) judges the rows.
 
 Outputs: each request of each round is compared with the baseline batch's of the same round, and a divergence
 is judged by the target at its first divergent position (drafting.serving.sweep_judge.SweepJudge): the gate
@@ -21,9 +21,11 @@ from typing import Any
 from contract.params.benchmark import SpecConfig
 from drafting.serving.bench_stats import summarize
 from drafting.serving.benchmarking import BenchmarkRun
+from drafting.serving.paired_speedup import RequestPair, pair_records, paired_speedup
 from drafting.serving.prompts.categories import PromptTally, by_category
-from drafting.serving.speedup_stats import CONFIDENCE, SpeedupInterval, round_speedups, speedup_interval
+from drafting.serving.speedup_stats import CONFIDENCE, round_speedups
 from drafting.serving.sweep_judge import JudgedOutputs, OutputPair, SweepJudge
+from drafting.serving.sweep_speed import level_entry, stops_paying_at
 
 BASELINE_LABEL = "baseline (no speculation)"
 TABLE_FIELDS = (
@@ -33,6 +35,8 @@ TABLE_FIELDS = (
     "speedup",
     "speedup_ci_low",
     "speedup_ci_high",
+    "speedup_n",
+    "predicted_speedup",
     "ttft_p50_ms",
     "ttft_p99_ms",
     "itl_p50_ms",
@@ -58,9 +62,11 @@ _POOLED_FIELDS = (
 
 @dataclass
 class ConfigRounds:
-    """A config's measured rounds: round i pairs baseline[i] with speculative[i], run in orders[i]."""
+    """A config's measured rounds at one concurrency: round i pairs baseline[i] with speculative[i] request
+    by request, run in orders[i] (the side that went first, block by block)."""
 
     config: SpecConfig
+    concurrency: int = 1
     baseline: list[BenchmarkRun] = field(default_factory=list)
     speculative: list[BenchmarkRun] = field(default_factory=list)
     orders: list[list[str]] = field(default_factory=list)
@@ -73,9 +79,12 @@ class ConfigRounds:
             [run.summary.get("output_tok_s") for run in self.speculative],
         )
 
-    def interval(self) -> SpeedupInterval | None:
-        speedups = self.speedups()
-        return speedup_interval(speedups) if len(speedups) >= 2 else None
+    def pairs(self) -> list[RequestPair]:
+        return [
+            pair
+            for number, (base, spec) in enumerate(zip(self.baseline, self.speculative, strict=True), start=1)
+            for pair in pair_records(base.records, spec.records, number)
+        ]
 
     def per_prompt(self) -> list[dict[str, int | None]] | None:
         """Each prompt's completion tokens and verify steps (meta_info's) over every speculative round, in
@@ -123,10 +132,11 @@ def pooled_summary(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
     return summary
 
 
-def baseline_row(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
+def baseline_row(runs: Sequence[BenchmarkRun], concurrency: int = 1) -> dict[str, Any]:
     summary = pooled_summary(runs)
     return {
         "config": None,
+        "concurrency": concurrency,
         "label": BASELINE_LABEL,
         "depth": None,
         "steps": None,
@@ -143,26 +153,18 @@ def baseline_row(runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
     }
 
 
-def config_row(rounds: ConfigRounds, categories: Sequence[str | None] = ()) -> dict[str, Any]:
-    """A config's row; with the prompts' categories, also its acceptance per category (`by_category`)."""
+def config_row(
+    rounds: ConfigRounds, categories: Sequence[str | None] = (), levels: Sequence[ConfigRounds] = ()
+) -> dict[str, Any]:
+    """A config's row at `rounds`' concurrency; with the prompts' categories, also its acceptance per
+    category (`by_category`); with `levels` (its rounds at every concurrency measured), `by_concurrency`
+    and `stops_paying_at`. Outputs are judged over every level's rounds (`rounds.judged`)."""
     if rounds.rejected is not None:
         return rejected_row(rounds.config, rounds.rejected)
-    config = rounds.config
-    summary = pooled_summary(rounds.speculative)
-    interval = rounds.interval()
-    speedups = rounds.speedups()
     judged = rounds.judged or judge_outputs(rounds, SweepJudge(None, lambda _: None))
     row = {
-        **_identity(config),
-        **{key: summary.get(key) for key in _POOLED_FIELDS},
-        "server_accept_len": summary.get("server_accept_len"),
-        "baseline_tok_s": pooled_summary(rounds.baseline).get("output_tok_s"),
-        "speedup": round(interval.mean, 4) if interval else (round(speedups[0], 4) if speedups else None),
-        "speedup_log_std": round(interval.log_std, 4) if interval else None,
-        "speedup_n": len(speedups),
-        "speedup_ci_low": round(interval.low, 4) if interval else None,
-        "speedup_ci_high": round(interval.high, 4) if interval else None,
-        "confidence": CONFIDENCE,
+        **_identity(rounds.config),
+        **speed_fields(rounds),
         **judged.row_fields(),
         "rounds": rounds.round_rows(),
     }
@@ -172,7 +174,42 @@ def config_row(rounds: ConfigRounds, categories: Sequence[str | None] = ()) -> d
     per_category = _by_category(categories, per_prompt)
     if per_category is not None:
         row["by_category"] = per_category
+    if levels:
+        row["by_concurrency"] = [level_entry(speed_fields(level), level.concurrency) for level in levels]
+        row["stops_paying_at"] = stops_paying_at(row["by_concurrency"])
     return row
+
+
+def speed_fields(rounds: ConfigRounds) -> dict[str, Any]:
+    """The pooled measurements and the paired speedup of a config's rounds at one concurrency."""
+    summary = pooled_summary(rounds.speculative)
+    pairs = rounds.pairs()
+    paired = paired_speedup(pairs)
+    if paired is not None:
+        speed = paired.fields()
+    else:  # one request (or none) has no spread: the batch ratio, without an interval
+        speedups = rounds.speedups()
+        speed = {**_NO_SPEEDUP, "speedup": round(speedups[0], 4) if speedups else None}
+        speed |= {"speedup_n": len({pair.request for pair in pairs}), "speedup_pairs": len(pairs)}
+    return {
+        "concurrency": rounds.concurrency,
+        **{key: summary.get(key) for key in _POOLED_FIELDS},
+        "server_accept_len": summary.get("server_accept_len"),
+        "baseline_tok_s": pooled_summary(rounds.baseline).get("output_tok_s"),
+        **speed,
+    }
+
+
+_NO_SPEEDUP: dict[str, Any] = {
+    "speedup": None,
+    "speedup_ci_low": None,
+    "speedup_ci_high": None,
+    "speedup_half_width": None,
+    "speedup_n": 0,
+    "speedup_pairs": 0,
+    "speedup_interval": None,
+    "confidence": CONFIDENCE,
+}
 
 
 def _by_category(
@@ -193,12 +230,7 @@ def rejected_row(config: SpecConfig, smoke: dict[str, Any]) -> dict[str, Any]:
         **dict.fromkeys(_POOLED_FIELDS),
         "server_accept_len": None,
         "baseline_tok_s": None,
-        "speedup": None,
-        "speedup_log_std": None,
-        "speedup_n": 0,
-        "speedup_ci_low": None,
-        "speedup_ci_high": None,
-        "confidence": CONFIDENCE,
+        **_NO_SPEEDUP,
         "outputs_match": None,
         "outputs_identical": None,
         "mismatched_requests": None,
@@ -246,134 +278,6 @@ def judge_outputs(rounds: ConfigRounds, judge: SweepJudge) -> JudgedOutputs:
             )
     rounds.judged = judge.judge(pairs, compared=compared)
     return rounds.judged
-
-
-def best_config(rows: Sequence[dict[str, Any]]) -> str | None:
-    """The measured config with the highest speedup lower bound (a config its smoke test refused is never
-    best)."""
-    speculative = [row for row in rows if row["config"] is not None and not row.get("rejected")]
-    if not speculative:
-        return None
-    return str(max(speculative, key=_lower_bound)["config"])
-
-
-def _lower_bound(row: dict[str, Any]) -> float:
-    value = row.get("speedup_ci_low")
-    return float(value) if value is not None else -math.inf
-
-
-def release_gate(
-    rows: Sequence[dict[str, Any]], chosen: SpecConfig | None, threshold: float
-) -> dict[str, Any]:
-    """Deployable only when no config's output is a real loss against the baseline's (near-ties accepted;
-    bit for bit where the target could not judge), no request failed, and the chosen config's speedup is
-    above the threshold with 95 % confidence (its interval's lower bound)."""
-    speculative = [r for r in rows if r["config"] is not None]
-    reasons = [reason for r in speculative for reason in _output_reasons(r)]
-    reasons += [
-        f"{r['label']}: {r['failed_requests']} request(s) failed" for r in rows if r["failed_requests"]
-    ]
-    label = chosen.label if chosen is not None else best_config(rows)
-    row = next((r for r in speculative if r["config"] == label and not r.get("rejected")), None)
-    judged = _judge_speedup(label, row, threshold)
-    if not judged["passes"]:
-        reasons.append(judged["text"])
-    required = threshold > 0
-    if reasons:
-        verdict = "not deployable: " + "; ".join(reasons)
-    else:
-        verdict = f"{'deployable' if required else 'no speedup required'} at {label}: {judged['text']}"
-    counted = [r for r in speculative if r.get("divergences")]
-    return {
-        "deployable": not reasons,
-        "speedup_required": required,
-        "chosen_config": label,
-        "chosen_depth": row["steps"] if row else None,
-        "speedup": row["speedup"] if row else None,
-        "speedup_ci_low": row["speedup_ci_low"] if row else None,
-        "speedup_ci_high": row["speedup_ci_high"] if row else None,
-        "confidence": CONFIDENCE,
-        "threshold": threshold,
-        "judged_on": "speedup_ci_low",
-        "verdict": verdict + _outputs_note(counted),
-        "reasons": reasons,
-        "near_ties_accepted": sum(r["divergences"]["near_tie"] for r in counted if not _strict(r)),
-        "unscored_not_judged": sum(r["divergences"]["unscored"] for r in counted if not _strict(r)),
-        "strict_configs": [r["config"] for r in counted if _strict(r)],
-    }
-
-
-def _strict(row: dict[str, Any]) -> str | None:
-    """Why a row's outputs were compared bit for bit (the target could not judge them), else None."""
-    reason = (row.get("divergence_judge") or {}).get("strict_reason")
-    return str(reason) if reason else None
-
-
-def _output_reasons(row: dict[str, Any]) -> list[str]:
-    label, match = row["label"], row["outputs_match"]
-    if row.get("rejected"):
-        smoke = row["rejected"]
-        why = f"{smoke.get('verdict')}: {smoke.get('message')}"
-        return [f"{label}: refused by its smoke test, not measured ({why})"]
-    if match is None:
-        return [f"{label}: outputs could not be compared"]
-    if match:
-        return []
-    losses = (row.get("divergences") or {}).get("real_loss", 0)
-    strict = _strict(row)
-    if losses and not strict:
-        details = row.get("divergence_details") or []
-        first = next((d for d in details if d["verdict"] == "real_loss"), None)
-        text = f"{label}: {losses} real loss(es): outputs the target would not produce"
-        if first is not None:
-            text += f" (request {first['request']} at token {first['position']}: {first['note']})"
-        return [text]
-    how = f" in {row['mismatched_requests']} request(s), compared bit for bit: {strict}" if strict else ""
-    return [f"{label}: greedy outputs differ from the baseline's{how}"]
-
-
-def _outputs_note(counted: Sequence[dict[str, Any]]) -> str:
-    """What the verdict says about outputs: near-ties accepted, divergences not judged, strict comparisons."""
-    if not counted:
-        return ""
-    judged = [r for r in counted if not _strict(r)]
-    near = sum(r["divergences"]["near_tie"] for r in judged)
-    unscored = sum(r["divergences"]["unscored"] for r in judged)
-    parts = []
-    if near:
-        parts.append(
-            f"{near} numerical near-tie(s) accepted (both tokens within the bound of the target's top logit)"
-        )
-    if unscored:
-        parts.append(f"{unscored} divergence(s) not judged (past the scoring cap; reported as unscored)")
-    parts += [f"{r['label']} compared bit for bit ({_strict(r)})" for r in counted if _strict(r)]
-    if not parts:
-        parts.append("every greedy output identical to the baseline's")
-    return "; outputs: " + ", ".join(parts)
-
-
-def _judge_speedup(label: str | None, row: dict[str, Any] | None, threshold: float) -> dict[str, Any]:
-    if row is None:
-        return {"passes": False, "text": f"{label}: no speedup was measured"}
-    low, mean, n = row["speedup_ci_low"], row["speedup"], row["speedup_n"]
-    if low is None:
-        return {
-            "passes": False,
-            "text": f"{label}: speedup {mean} from {n} round(s) has no confidence interval",
-        }
-    interval = f"mean {mean}, {CONFIDENCE * 100:g} % CI {low}–{row['speedup_ci_high']}, n {n}"
-    if threshold <= 0:
-        # No speedup required (a CPU demo, whose reference engine is slower than plain decoding): the gate
-        # judges outputs only, and the verdict says what was measured rather than calling it a pass.
-        slower = " (slower than the baseline)" if row["speedup_ci_high"] < 1 else ""
-        return {"passes": True, "text": f"threshold {threshold}; measured speedup {interval}{slower}"}
-    if low <= threshold:
-        text = f"{label}: the speedup's lower bound {low} is not above the threshold {threshold} ({interval})"
-        return {"passes": False, "text": text}
-    return {
-        "passes": True,
-        "text": f"the speedup's lower bound {low} is above the threshold {threshold} ({interval})",
-    }
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -13,11 +13,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from contract.params.benchmark import BenchmarkParams, SpecConfig
 from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
 from drafting.serving.host_checks import free_port
+from drafting.serving.lifecycle import host_facts
+from drafting.serving.render import render_launch
 from drafting.stages.base import StageContext, StageError
 
 DEFAULT_SHARED_FRACTION = (
@@ -63,6 +66,30 @@ def server_spec(
     if mem_fraction is not None:
         update["mem_fraction_static"] = round(mem_fraction, 4)
     return launch.model_copy(update=update)
+
+
+def preflight(
+    ctx: StageContext, params: BenchmarkParams, configs: Sequence[SpecConfig], layout: SweepLayout
+) -> dict[str, Any]:
+    """Render every server of the sweep before starting any: a config the engine cannot serve (a tree on
+    the reference engine) fails now, not after the configs before it were measured. Returns the rendered
+    launch's CUDA-graph facts."""
+    assert params.launch is not None
+    host = host_facts(ctx.gpus)
+    problems: list[str] = []
+    graphs: dict[str, Any] = {}
+    for config in configs:
+        spec = server_spec(params.launch, config, port=layout.speculative_port, mem_fraction=None)
+        rendered = render_launch(spec, host=host, use_sglang_parser=False)
+        graphs = rendered.cuda_graphs
+        problems += [f"{config.label}: {f.code}: {f.message}" for f in rendered.errors]
+    if problems:
+        raise StageError(
+            "sweep refused before starting anything: " + "; ".join(problems),
+            reason=TerminationReason.LAUNCH_CHECK_FAILED,
+            details={"problems": problems},
+        )
+    return graphs
 
 
 def plan_layout(

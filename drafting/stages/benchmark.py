@@ -1,11 +1,14 @@
 """benchmark: acceptance and throughput of a ready server, or a config sweep with a release gate.
 
-Single mode measures any URL speaking SGLang's API. Sweep mode launches a no-speculation baseline and keeps
-it up beside one server per speculative config (same launch code and checks as the launch stage), measures
-both in repeated rounds of alternating order (drafting/serving/sweep.py), and judges the drafter: deployable
-only when greedy outputs match the baseline's and the chosen config's speedup is above the threshold with
-95 % confidence (the interval's lower bound); otherwise it fails with RELEASE_GATE_FAILED after emitting the
-table, so `eyas wait` exits non-zero.
+Single mode measures any URL speaking SGLang's API. Profile mode starts the sweep's servers one at a time
+and measures their costs only, predicting each config's speedup before any sweep. Sweep mode launches a
+no-speculation baseline and keeps it up beside one server per speculative config (same launch code and
+checks as the launch stage), measures both request by request at each concurrency (drafting/serving/
+sweep.py), and judges the drafter: deployable only when greedy outputs match the baseline's and the chosen
+config's speedup is above the threshold with 95 % confidence (the interval's lower bound); otherwise it
+fails with RELEASE_GATE_FAILED after emitting the table, so `eyas wait` exits non-zero, or with
+RELEASE_GATE_INCONCLUSIVE where the outputs pass but the speedup's interval is too wide to call (the
+verdict says how many more requests would decide).
 """
 
 from __future__ import annotations
@@ -44,7 +47,11 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
         ctx.log(f"result: {_headline(measured.summary)}")
         about = benchmark_prompt_report(params.prompts, prompts, measured.records, note, digest)
         return {"mode": "single", "url": params.url, **measured.as_dict(), **about}
-    return _sweep(ctx, params, prompts, benchmark_prompt_report(params.prompts, prompts, None, note, digest))
+    about = benchmark_prompt_report(params.prompts, prompts, None, note, digest)
+    if params.mode == "profile":
+        # the servers' cost profile and the speedup it predicts (drafting/serving/cost_profile.py)
+        return {"mode": "profile", **run_sweep(ctx, params, prompts), **about}
+    return _sweep(ctx, params, prompts, about)
 
 
 def _sweep(
@@ -58,9 +65,13 @@ def _sweep(
     ctx.sink.emit({"type": "benchmark_table", "rows": result["rows"], "gate": gate})
     if not gate["deployable"]:
         ctx.log("release gate: " + gate["verdict"])
+        inconclusive = gate.get("outcome") == "inconclusive"
         raise StageError(
-            "release gate failed: " + "; ".join(gate["reasons"]),
-            reason=TerminationReason.RELEASE_GATE_FAILED,
+            ("release gate inconclusive: " if inconclusive else "release gate failed: ")
+            + "; ".join(gate["reasons"]),
+            reason=TerminationReason.RELEASE_GATE_INCONCLUSIVE
+            if inconclusive
+            else TerminationReason.RELEASE_GATE_FAILED,
             details={"mode": "sweep", **result},
         )
     ctx.log("release gate: " + gate["verdict"])

@@ -60,6 +60,10 @@ def test_each_depth_puts_the_three_figures_side_by_side_with_errors_against_the_
         "eval_error": pytest.approx((1.4423 - 1.5) / 1.5, abs=1e-4),
         "served_held_out": None,  # no serve_held_out step
         "train_error_held_out": None,
+        "speedup": None,  # rows from before the paired speedup have none measured here
+        "predicted_speedup": None,  # and no cost profile to predict one from
+        "speedup_error": None,
+        "speedup_concurrency": None,
     }
     assert abs(by_depth[3]["eval_error"]) <= EVAL_TOLERANCE
     assert abs(by_depth[5]["eval_error"]) <= EVAL_TOLERANCE
@@ -125,7 +129,8 @@ def test_the_simulated_acceptance_is_preferred_to_the_per_position_estimate() ->
     assert report["by_depth"] == [
         {"depth": 5, "train_estimate": 1.74, "eval": None, "served": 1.718,
          "train_error": round((1.74 - 1.718) / 1.718, 4), "eval_error": None,
-         "served_held_out": None, "train_error_held_out": None},
+         "served_held_out": None, "train_error_held_out": None, "speedup": None, "predicted_speedup": None,
+         "speedup_error": None, "speedup_concurrency": None},
     ]  # fmt: skip
     assert report["sources"]["train"].startswith("held_out/sim_accept_len_d{N} of the selected checkpoint")
     del result["epochs"][1]["held_out/sim_accept_len_d5"]  # an older held-out record still beats the split
@@ -217,3 +222,36 @@ def test_served_on_the_held_out_prompts_train_is_compared_like_with_like() -> No
     assert split is not None
     assert split["by_depth"][0]["served_held_out"] == 2.937
     assert split["by_depth"][0]["train_error_held_out"] is None
+
+
+def test_the_speedup_train_predicts_through_the_sweep_s_cost_profile_stands_beside_the_measured_one() -> None:
+    """A sweep with a cost profile (measured on its servers at concurrency 1): train's acceptance for depth
+    5 predicts the speedup through it, beside the paired speedup the sweep measured at its gate's
+    concurrency; a stored profile of another shape predicts nothing and breaks nothing."""
+    from contract.speed_model import StepCost, predicted_speedup
+
+    result = train_result(2)
+    result["epochs"][1] |= {"held_out/sim_accept_len_d5": 2.9}
+    profile = {
+        "new_tokens": 192,
+        "by_concurrency": [
+            {
+                "concurrency": 1,
+                "baseline": {"prefill_ms": 12.0, "step_ms": 6.0},
+                "configs": {"5,1,6": {"prefill_ms": 14.0, "step_ms": 9.0, "tokens_per_step": 3.0}},
+            }
+        ],
+    }
+    sweep = {"rows": [chain_row(5, 3.0, speedup=1.8)], "cost_profile": profile, "gate_concurrency": 1}
+    report = acceptance_report({"train": result, "benchmark": sweep})
+    assert report is not None
+    [row] = report["by_depth"]
+    expected = predicted_speedup(2.9, 192, StepCost(0.012, 0.006), StepCost(0.014, 0.009))
+    assert row["predicted_speedup"] == pytest.approx(expected, abs=1e-4)
+    assert (row["speedup"], row["speedup_concurrency"]) == (1.8, 1)
+    assert row["speedup_error"] == round((row["predicted_speedup"] - 1.8) / 1.8, 4)
+    broken = acceptance_report(
+        {"train": result, "benchmark": {**sweep, "cost_profile": {"by_concurrency": 3}}}
+    )
+    assert broken is not None
+    assert broken["by_depth"][0]["predicted_speedup"] is None

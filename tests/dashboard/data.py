@@ -26,7 +26,7 @@ from app.servers import service as servers
 from contract.params.benchmark import SpecConfig
 from drafting.ml.objective import summarise
 from drafting.serving.speedup_stats import speedup_interval
-from drafting.serving.sweep_report import release_gate
+from drafting.serving.sweep_gate import release_gate
 
 H200_MIB = 143771.0
 

@@ -187,8 +187,27 @@ def test_a_finished_pipeline_ends_with_its_benchmark_table(dashboard: Dashboard,
     # acceptance by depth: training's estimate, eval's, the served chain's (5,1,6 → 3.1; 10,1,11 → 3.6)
     rows = page.locator("#acceptance tbody tr")
     expect(rows).to_have_count(3)  # depths 5, 10 and 16 (served only)
-    assert rows.nth(0).locator("td").all_inner_texts() == ["5", "3.4", "3", "3.1", "+9.7 %", "-3.2 %"]
-    assert rows.nth(1).locator("td").all_inner_texts() == ["10", "—", "3.5", "3.6", "—", "-2.8 %"]
+    # the measured speedup of the chain beside train's prediction (none: this sweep kept no cost profile)
+    assert rows.nth(0).locator("td").all_inner_texts() == [
+        "5",
+        "3.4",
+        "3",
+        "3.1",
+        "+9.7 %",
+        "-3.2 %",
+        "2.21",
+        "—",
+    ]
+    assert rows.nth(1).locator("td").all_inner_texts() == [
+        "10",
+        "—",
+        "3.5",
+        "3.6",
+        "—",
+        "-2.8 %",
+        "2.37",
+        "—",
+    ]
     expect(page.locator(".job-head .page-head .badge").first).to_have_text("succeeded")
     assert page.get_by_role("button", name="Cancel").count() == 0
     assert dashboard.errors == []
@@ -216,9 +235,14 @@ def test_a_pipeline_that_served_its_held_out_prompts_shows_the_like_for_like_err
     dashboard.open(f"#/pipelines/{pipeline}")
     expect(page.locator("#benchmark-table tbody tr")).to_have_count(5)  # the sweep's, not the held-out pass's
     head = page.locator("#acceptance thead th").all_inner_texts()
-    assert head[-2:] == ["served, held-out prompts", "train error, same prompts"]
+    assert head[-4:] == [
+        "served, held-out prompts",
+        "train error, same prompts",
+        "speedup",
+        "predicted speedup",
+    ]
     first = page.locator("#acceptance tbody tr").nth(0).locator("td").all_inner_texts()
-    assert (first[0], first[3], first[-2], first[-1]) == ("5", "3.1", "3.3", "+3 %")
+    assert (first[0], first[3], first[-4], first[-3]) == ("5", "3.1", "3.3", "+3 %")
     assert dashboard.errors == []
 
 

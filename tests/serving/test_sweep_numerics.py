@@ -23,8 +23,9 @@ from drafting.ml.drafter import save_drafter
 from drafting.serving import divergence
 from drafting.serving.benchmarking import BenchmarkRun
 from drafting.serving.load_client import RequestRecord
+from drafting.serving.sweep_gate import release_gate
 from drafting.serving.sweep_judge import SweepJudge
-from drafting.serving.sweep_report import ConfigRounds, config_row, judge_outputs, release_gate
+from drafting.serving.sweep_report import ConfigRounds, config_row, judge_outputs
 from drafting.stages import benchmark as benchmark_stage
 from drafting.stages.base import StageError
 from tests.conftest import free_port
@@ -154,7 +155,8 @@ def test_a_config_its_smoke_test_refuses_is_recorded_and_the_sweep_goes_on(
     assert refused["speedup"] is None
     assert measured.get("rejected") is None
     assert measured["outputs_match"] is True
-    assert measured["speedup_n"] == 2
+    assert measured["speedup_n"] == len(PROMPTS), "the interval resamples requests"
+    assert measured["speedup_pairs"] == 2 * len(PROMPTS), "each request of both rounds paired"
     assert failure.details["best_config"] == "1,1,2"
     gate = failure.details["gate"]
     assert gate["deployable"] is False

@@ -78,9 +78,23 @@ def test_repeated_configs_and_a_chosen_config_outside_them_are_refused() -> None
     assert sweep(depths=[3], chosen_config=chain).chosen() == SpecConfig.chain(3)
 
 
-def test_repeats_need_two_rounds_for_an_interval() -> None:
+def test_one_round_is_enough_for_an_interval_over_requests() -> None:
+    """The interval resamples requests, each paired with its baseline run: one round has an interval."""
     assert sweep().repeats == 5
-    assert "greater than or equal to 2" in refusal(sweep, repeats=1)
+    assert sweep(repeats=1).repeats == 1
+    assert "greater than or equal to 1" in refusal(sweep, repeats=0)
+
+
+def test_concurrencies_must_hold_the_gate_s_concurrency_once() -> None:
+    assert sweep().sweep_concurrencies() == [1]
+    assert sweep(concurrency=8).sweep_concurrencies() == [8]
+    assert sweep(concurrencies=[1, 8, 32]).sweep_concurrencies() == [1, 8, 32]
+    assert "the gate judges at concurrency 1, which is not among concurrencies [8, 32]" in refusal(
+        sweep, concurrencies=[8, 32]
+    )
+    assert "concurrencies repeat: [1, 8, 8]" in refusal(sweep, concurrencies=[1, 8, 8])
+    assert "greater than 0" in refusal(sweep, max_speedup_half_width=0)
+    assert "greater than or equal to 1" in refusal(sweep, accept_lengths={5: 0.5})
 
 
 def test_the_reference_engine_refuses_a_tree_at_submit_time() -> None:

@@ -71,7 +71,7 @@ def benchmark_tokenizer_folder(params: Any) -> str | None:
     """Where a benchmark's chat prompts get their template: a sweep's target (the launch spec's model), a
     single-mode server's own report of what it loaded."""
     launch = getattr(params, "launch", None)
-    if params.mode == "sweep" and launch is not None:
+    if params.mode != "single" and launch is not None:
         return str(launch.model)
     if params.url is None:
         return None

@@ -25,6 +25,7 @@ export function readSweep(summary, deployable) {
     speedupRequired: gate.speedup_required ?? (threshold === null ? null : threshold > 0),
     threshold,
     verdict: gate.verdict || null,
+    outcome: gate.outcome ?? null,
     chosenDepth: gate.chosen_depth ?? null,
     chosenConfig: gate.chosen_config ?? null,
   };
@@ -33,7 +34,9 @@ export function readSweep(summary, deployable) {
 // Green only for a sweep that was asked for a speedup and showed one; a sweep that required none and
 // whose outputs passed is grey, however slow it measured.
 export function verdictBadge(sweep) {
-  const { deployable, speedupRequired } = sweep;
+  const { deployable, speedupRequired, outcome } = sweep;
+  // `outcome` "inconclusive": the outputs passed but the speedup's interval was too wide to call.
+  if (outcome === "inconclusive") return h("span", { class: "badge" }, "inconclusive");
   if (deployable === true && speedupRequired === false) {
     return h("span", { class: "badge verdict-neutral", title: "the gate judged outputs only (threshold 0)" }, "no speedup required");
   }

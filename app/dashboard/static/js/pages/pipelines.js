@@ -100,9 +100,13 @@ function acceptanceTable(acceptance) {
   const estimate = acceptance.sources?.train?.startsWith("held_out/") ? "train estimate (held-out)" : "train estimate";
   const heldOut = acceptance.by_depth.some((row) => row.served_held_out !== null && row.served_held_out !== undefined);
   const extra = heldOut ? ["served, held-out prompts", "train error, same prompts"] : [];
+  // With a sweep's paired speedup or cost profile: the measured speedup beside train's prediction of it.
+  const speed = acceptance.by_depth.some((row) => row.speedup != null || row.predicted_speedup != null);
+  const speedCells = (row) => (speed ? [h("td", null, num(row.speedup, 2)), h("td", null, num(row.predicted_speedup, 2))] : []);
   return h("div", { class: "panel", id: "acceptance" },
     h("h2", { class: "panel-title" }, "Acceptance length by depth"),
-    table(["depth", estimate, "eval", served, "train error", "eval error", ...extra],
+    table(["depth", estimate, "eval", served, "train error", "eval error", ...extra,
+      ...(speed ? ["speedup", "predicted speedup"] : [])],
       acceptance.by_depth.map((row) => h("tr", null,
         h("td", { class: "mono" }, String(row.depth)),
         h("td", null, num(row.train_estimate, 2)),
@@ -112,7 +116,8 @@ function acceptanceTable(acceptance) {
         h("td", { class: acceptance.eval_within_tolerance === false && Math.abs(row.eval_error ?? 0) > acceptance.eval_tolerance ? "bad" : null },
           percent(row.eval_error)),
         heldOut ? h("td", null, num(row.served_held_out, 2)) : null,
-        heldOut ? h("td", null, percent(row.train_error_held_out)) : null))));
+        heldOut ? h("td", null, percent(row.train_error_held_out)) : null,
+        ...speedCells(row)))));
 }
 
 export function mountOne(root, { id }) {

@@ -35,7 +35,7 @@ echo "== a pipeline on the $TARGET target, through the API (eyas pipeline run ea
 .venv/bin/eyas pipeline run eagle3 -f "$DATA/demo/pipeline.json" --wait || echo "the pipeline did not succeed (see above)"
 
 echo "== the benchmark table (CSV)"
-BENCH=$(curl -sf "${auth[@]}" "$EYAS_URL/v1/benchmarks?limit=1" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
+BENCH=$(curl -sf "${auth[@]}" "$EYAS_URL/v1/benchmarks?limit=1" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['items'][0]['id'])")
 curl -sf "${auth[@]}" "$EYAS_URL/v1/benchmarks/$BENCH?format=csv"
 
 echo

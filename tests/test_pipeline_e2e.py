@@ -97,10 +97,14 @@ def test_eagle3_pipeline_end_to_end_with_lineage(
     assert by_depth[3]["train_estimate"] > 1.0
     assert by_depth[3]["train_error"] is not None
     assert by_depth[5]["train_estimate"] is None
-    stored = client.get("/v1/benchmarks", params={"job_id": jobs["benchmark"]["id"]}, headers=admin).json()
+    stored = client.get("/v1/benchmarks", params={"job_id": jobs["benchmark"]["id"]}, headers=admin).json()[
+        "items"
+    ]
     assert stored[0]["deployable"] is True
     # lineage: the SGLang-ready checkpoint leads back through the drafter to the hidden states
-    fixed = client.get("/v1/artifacts", params={"job_id": jobs["fix_keys"]["id"]}, headers=admin).json()
+    fixed = client.get("/v1/artifacts", params={"job_id": jobs["fix_keys"]["id"]}, headers=admin).json()[
+        "items"
+    ]
     lineage = client.get(f"/v1/artifacts/{fixed[0]['id']}", headers=admin).json()
     assert [a["kind"] for a in lineage["ancestors"]] == ["best_drafter", "hidden_states"]
     assert lineage["ancestors"][1]["job_id"] == jobs["extract"]["id"]

@@ -7,6 +7,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.paging import After, newest_first
 from app.models.artifact import Artifact
 
 
@@ -24,10 +25,13 @@ def for_jobs(session: Session, job_ids: list[uuid.UUID]) -> list[Artifact]:
     return list(session.scalars(select(Artifact).where(Artifact.job_id.in_(job_ids))))
 
 
-def page(session: Session, *, kind: str | None, job_id: uuid.UUID | None, limit: int) -> list[Artifact]:
-    query = select(Artifact).order_by(Artifact.created_at.desc()).limit(limit)
+def page(
+    session: Session, *, kind: str | None, job_id: uuid.UUID | None, after: After | None, limit: int
+) -> list[Artifact]:
+    query = select(Artifact)
     if kind:
         query = query.where(Artifact.kind == kind)
     if job_id:
         query = query.where(Artifact.job_id == job_id)
+    query = newest_first(query, Artifact.created_at, Artifact.id, after=after, limit=limit)
     return list(session.scalars(query))

@@ -23,5 +23,10 @@ class ArtifactRead(BaseModel):
     created_at: datetime
 
 
+class ArtifactPage(BaseModel):
+    items: list[ArtifactRead]
+    next_cursor: str | None
+
+
 class ArtifactLineage(ArtifactRead):
     ancestors: list[ArtifactRead]

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import repository
 from app.core.errors import found_or_404
+from app.core.paging import decode_cursor, page_of
 from app.jobs import refs
 from app.jobs import repository as jobs_repo
 from app.models.artifact import Artifact
@@ -46,9 +47,11 @@ def get_artifact(session: Session, artifact_id: uuid.UUID) -> Artifact:
 
 
 def list_artifacts(
-    session: Session, *, kind: str | None, job_id: uuid.UUID | None, limit: int
-) -> list[Artifact]:
-    return repository.page(session, kind=kind, job_id=job_id, limit=limit)
+    session: Session, *, kind: str | None, job_id: uuid.UUID | None, cursor: str | None, limit: int
+) -> tuple[list[Artifact], str | None]:
+    """Artifacts, newest first, a page at a time, and the next page's cursor."""
+    rows = repository.page(session, kind=kind, job_id=job_id, after=decode_cursor(cursor), limit=limit + 1)
+    return page_of(rows, limit, lambda a: (a.created_at, a.id))
 
 
 def ancestors(session: Session, artifact: Artifact, *, limit: int = 100) -> list[Artifact]:

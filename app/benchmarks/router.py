@@ -9,23 +9,25 @@ from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
 from app.benchmarks import service
-from app.benchmarks.schemas import BenchmarkComparison, BenchmarkRead
+from app.benchmarks.schemas import BenchmarkComparison, BenchmarkPage, BenchmarkRead
 from app.core.deps import SessionDep
+from app.core.paging import PageCursor
 from app.tokens.deps import ReadPrincipal
 
 router = APIRouter(tags=["servers"])
 
 
-@router.get("/v1/benchmarks", response_model=list[BenchmarkRead])
+@router.get("/v1/benchmarks", response_model=BenchmarkPage)
 def list_benchmarks(
     session: SessionDep,
     _: ReadPrincipal,
     job_id: uuid.UUID | None = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-) -> list[BenchmarkRead]:
-    """Benchmark results, newest first (optionally of one job)."""
-    rows = service.list_benchmarks(session, job_id=job_id, limit=limit)
-    return [BenchmarkRead.model_validate(b) for b in rows]
+) -> BenchmarkPage:
+    """Benchmark results, newest first (optionally of one job), with cursor pagination."""
+    rows, next_cursor = service.list_benchmarks(session, job_id=job_id, cursor=cursor, limit=limit)
+    return BenchmarkPage(items=[BenchmarkRead.model_validate(b) for b in rows], next_cursor=next_cursor)
 
 
 @router.get("/v1/benchmarks/compare", response_model=BenchmarkComparison)

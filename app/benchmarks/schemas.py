@@ -20,6 +20,11 @@ class BenchmarkRead(BaseModel):
     created_at: datetime
 
 
+class BenchmarkPage(BaseModel):
+    items: list[BenchmarkRead]
+    next_cursor: str | None
+
+
 class ComparedBenchmark(BaseModel):
     id: uuid.UUID
     job_id: uuid.UUID

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from app.benchmarks import repository
 from app.benchmarks.paired import NotComparable, compare
 from app.core.errors import AppError, ErrorCode, found_or_404
+from app.core.paging import decode_cursor, page_of
 from app.jobs import repository as jobs
 from app.models.base import utcnow
 from app.models.benchmark import BenchmarkResult
@@ -40,8 +41,12 @@ def record_benchmark_job(session: Session, job_id: uuid.UUID, result: dict[str, 
         record_benchmark(session, job_id=job_id, summary=result)
 
 
-def list_benchmarks(session: Session, *, job_id: uuid.UUID | None, limit: int) -> list[BenchmarkResult]:
-    return repository.page(session, job_id=job_id, limit=limit)
+def list_benchmarks(
+    session: Session, *, job_id: uuid.UUID | None, cursor: str | None, limit: int
+) -> tuple[list[BenchmarkResult], str | None]:
+    """Benchmark results, newest first, a page at a time, and the next page's cursor."""
+    rows = repository.page(session, job_id=job_id, after=decode_cursor(cursor), limit=limit + 1)
+    return page_of(rows, limit, lambda b: (b.created_at, b.id))
 
 
 def get_benchmark(session: Session, benchmark_id: uuid.UUID) -> BenchmarkResult:

@@ -1,6 +1,7 @@
 """Input no route may see, refused at the edge with one 422 for every route: the request path and query
-string must be UTF-8 without NUL, and a JSON body must hold no lone surrogate ("\\ud800") and no non-finite
-number (NaN, Infinity, or a literal such as 1e400 that overflows a double).
+string must be UTF-8 without NUL, and a JSON body must keep within app.core.bounded_json's bounds (depth,
+keys, items, no key twice) and hold no lone surrogate ("\\ud800") and no non-finite number (NaN, Infinity,
+or a literal such as 1e400 that overflows a double).
 
 Routes and models then never meet a string that cannot be stored or serialised back, nor a number that
 pydantic would store as null. Called by the body-size middleware (app.core.limits), which has the body.
@@ -8,13 +9,14 @@ pydantic would store as null. Called by the body-size middleware (app.core.limit
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
+from app.core import bounded_json
+from app.core.bounded_json import JsonRefused
 from app.core.errors import ErrorCode, problem
 from contract.params.text import first_refused
 
@@ -62,9 +64,11 @@ def _body_problem(scope: Scope, body: bytes) -> tuple[str, str, str] | None:
     if not _is_json(scope):
         return None
     try:
-        document: Any = json.loads(body)
-    except (ValueError, RecursionError):
-        return None  # malformed JSON: the route's own parsing answers it (422 or 400)
+        document: Any = bounded_json.loads(body)
+    except JsonRefused as refused:
+        return refused.field("body"), refused.message, refused.kind
+    except ValueError:
+        return None  # malformed JSON (or not UTF-8): the route's own parsing answers it with a 422
     found = first_refused(document)
     if found is None:
         return None

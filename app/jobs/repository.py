@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.core.paging import After, newest_first
 from app.jobs.states import ACTIVE, JobState, Move, plan
 from app.models.base import utcnow
 from app.models.job import IdempotencyKey, Job, JobDependency, JobEvent, JobMetric
@@ -51,7 +52,7 @@ def page(
     state: str | None,
     host: str | None,
     pipeline_id: uuid.UUID | None,
-    after: tuple[datetime, uuid.UUID] | None,
+    after: After | None,
     limit: int,
     include_dry_runs: bool = False,
 ) -> list[Job]:
@@ -69,13 +70,7 @@ def page(
         query = query.where(Job.host == host)
     if pipeline_id:
         query = query.where(Job.pipeline_id == pipeline_id)
-    if after is not None:
-        created_at, last_id = after
-        query = query.where(
-            or_(Job.created_at < created_at, and_(Job.created_at == created_at, Job.id < last_id))
-        )
-    query = query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit)
-    return list(session.scalars(query))
+    return list(session.scalars(newest_first(query, Job.created_at, Job.id, after=after, limit=limit)))
 
 
 def events(session: Session, job_id: uuid.UUID) -> list[JobEvent]:

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response, status
 
 from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
+from app.core.paging import PageCursor
 from app.jobs import service
 from app.jobs.schemas import HOST_NAME_PATTERN, JobCreate, JobEventRead, JobPage, JobRead, MetricRead
 from app.jobs.states import JobState
@@ -56,7 +57,7 @@ def list_jobs(
     state: JobState | None = None,
     host: Annotated[str | None, Query(pattern=HOST_NAME_PATTERN)] = None,
     pipeline_id: uuid.UUID | None = None,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     include_dry_runs: Annotated[
         bool, Query(description="also list dry-run launches (POST /v1/launch/render); hidden by default")

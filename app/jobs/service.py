@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
@@ -17,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.errors import AppError, ErrorCode, found_or_404
+from app.core.paging import decode_cursor, page_of
 from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
 from app.hosts import repository as hosts_repo
@@ -136,21 +135,17 @@ def list_jobs(
     limit: int,
     include_dry_runs: bool = False,
 ) -> tuple[list[Job], str | None]:
-    after = decode_cursor(cursor) if cursor else None
     rows = repository.page(
         session,
         kind=kind,
         state=state,
         host=host,
         pipeline_id=pipeline_id,
-        after=after,
+        after=decode_cursor(cursor),
         limit=limit + 1,
         include_dry_runs=include_dry_runs,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more and rows else None
-    return rows, next_cursor
+    return page_of(rows, limit, lambda job: (job.created_at, job.id))
 
 
 def request_cancel(
@@ -182,20 +177,6 @@ def job_metrics(
 def job_events(session: Session, job_id: uuid.UUID) -> list[JobEvent]:
     get_job(session, job_id)
     return repository.events(session, job_id)
-
-
-def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(job_id)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(created), uuid.UUID(job_id)
-    except (ValueError, TypeError, json.JSONDecodeError):
-        raise AppError(ErrorCode.VALIDATION_FAILED, "cursor is not one this API returned") from None
 
 
 def request_hash(spec: BaseModel) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 
+from app.core import bounded_json
+from app.core.bounded_json import JsonRefused
 from app.core.deps import SessionDep, SettingsDep
 from app.core.errors import AppError, ErrorCode
 from app.launch import service
@@ -45,8 +46,10 @@ async def render_get(
 ) -> RenderResult:
     """The same as POST, with the spec as a JSON query parameter (for curl)."""
     try:
-        body = RenderRequest(spec=json.loads(spec), host=host, timeout=timeout)
-    except (json.JSONDecodeError, ValidationError, TypeError) as exc:
+        body = RenderRequest(spec=bounded_json.loads(spec), host=host, timeout=timeout)
+    except JsonRefused as refused:
+        raise refused.as_error("query", "spec") from None
+    except (ValueError, ValidationError, TypeError) as exc:
         raise AppError(ErrorCode.VALIDATION_FAILED, f"spec: {str(exc).splitlines()[0]}") from None
     return await service.render(
         session, settings, body=body, principal=principal, hand_over=session.commit, request=request

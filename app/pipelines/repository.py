@@ -7,6 +7,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.paging import After, newest_first
 from app.models.job import Job
 from app.models.pipeline import Pipeline
 
@@ -19,8 +20,9 @@ def get(session: Session, pipeline_id: uuid.UUID) -> Pipeline | None:
     return session.get(Pipeline, pipeline_id)
 
 
-def page(session: Session, *, limit: int) -> list[Pipeline]:
-    return list(session.scalars(select(Pipeline).order_by(Pipeline.created_at.desc()).limit(limit)))
+def page(session: Session, *, after: After | None, limit: int) -> list[Pipeline]:
+    query = newest_first(select(Pipeline), Pipeline.created_at, Pipeline.id, after=after, limit=limit)
+    return list(session.scalars(query))
 
 
 def jobs_of(session: Session, pipeline_id: uuid.UUID) -> list[Job]:

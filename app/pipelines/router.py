@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
+from app.core.paging import PageCursor
 from app.pipelines import service
-from app.pipelines.schemas import Eagle3PipelineCreate, PipelineRead, PipelineRetry
+from app.pipelines.schemas import Eagle3PipelineCreate, PipelinePage, PipelineRead, PipelineRetry
 from app.tokens.deps import ReadPrincipal, SubmitPrincipal
 
 router = APIRouter(prefix="/v1/pipelines", tags=["pipelines"])
@@ -39,12 +40,15 @@ def create_pipeline(
     return pipeline
 
 
-@router.get("", response_model=list[PipelineRead])
+@router.get("", response_model=PipelinePage)
 def list_pipelines(
-    session: SessionDep, _: ReadPrincipal, limit: Annotated[int, Query(ge=1, le=200)] = 50
-) -> list[PipelineRead]:
-    """Pipelines, newest first, with their steps' latest jobs."""
-    return service.list_pipelines(session, limit=limit)
+    session: SessionDep,
+    _: ReadPrincipal,
+    cursor: PageCursor = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> PipelinePage:
+    """Pipelines, newest first, with their steps' latest jobs, with cursor pagination."""
+    return service.list_pipelines(session, cursor=cursor, limit=limit)
 
 
 @router.get("/{pipeline_id}", response_model=PipelineRead)

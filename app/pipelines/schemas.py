@@ -223,3 +223,8 @@ class PipelineRead(BaseModel):
     jobs: list[JobRead]
     # acceptance by depth: training's estimate, eval's figure and the served one, with errors (acceptance.py)
     acceptance: dict[str, Any] | None = None
+
+
+class PipelinePage(BaseModel):
+    items: list[PipelineRead]
+    next_cursor: str | None

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.errors import AppError, ErrorCode, field_errors, found_or_404
+from app.core.paging import decode_cursor, page_of
 from app.core.security import Principal
 from app.jobs import refs
 from app.jobs import service as jobs
@@ -20,7 +21,13 @@ from app.models.job import Job
 from app.models.pipeline import Pipeline
 from app.pipelines import repository
 from app.pipelines.acceptance import acceptance_report
-from app.pipelines.schemas import SECTION_STEPS, Eagle3PipelineCreate, PipelineRead, PipelineRetry
+from app.pipelines.schemas import (
+    SECTION_STEPS,
+    Eagle3PipelineCreate,
+    PipelinePage,
+    PipelineRead,
+    PipelineRetry,
+)
 from app.pipelines.templates import EAGLE3_STEPS, StepPlan, eagle3_plan
 
 _ENDED_BADLY = (JobState.FAILED, JobState.CANCELLED)
@@ -98,9 +105,11 @@ def read_pipeline(session: Session, pipeline_id: uuid.UUID) -> PipelineRead:
     return read(session, get_pipeline(session, pipeline_id))
 
 
-def list_pipelines(session: Session, *, limit: int) -> list[PipelineRead]:
-    """Pipelines, newest first, as the API shows them."""
-    return [read(session, p) for p in repository.page(session, limit=limit)]
+def list_pipelines(session: Session, *, cursor: str | None, limit: int) -> PipelinePage:
+    """Pipelines, newest first, as the API shows them, a page at a time."""
+    rows = repository.page(session, after=decode_cursor(cursor), limit=limit + 1)
+    shown, next_cursor = page_of(rows, limit, lambda p: (p.created_at, p.id))
+    return PipelinePage(items=[read(session, p) for p in shown], next_cursor=next_cursor)
 
 
 def latest_jobs(session: Session, pipeline: Pipeline) -> dict[str, Job]:

@@ -7,6 +7,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.paging import After, newest_first
 from app.models.server import Server
 
 
@@ -22,8 +23,11 @@ def add(session: Session, server: Server) -> None:
     session.add(server)
 
 
-def all_servers(session: Session, *, state: str | None = None, limit: int = 200) -> list[Server]:
-    query = select(Server).order_by(Server.started_at.desc()).limit(limit)
+def page(
+    session: Session, *, state: str | None = None, after: After | None = None, limit: int = 200
+) -> list[Server]:
+    query = select(Server)
     if state:
         query = query.where(Server.state == state)
+    query = newest_first(query, Server.started_at, Server.id, after=after, limit=limit)
     return list(session.scalars(query))

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from app.core.deps import SessionDep
+from app.core.paging import PageCursor
 from app.logs.http import (
     PAGE_RESPONSES,
     SSE_RESPONSES,
@@ -20,21 +21,23 @@ from app.logs.http import (
 )
 from app.logs.schemas import LogPage
 from app.servers import service
-from app.servers.schemas import ServerRead
+from app.servers.schemas import ServerPage, ServerRead
 from app.tokens.deps import ReadPrincipal, SubmitPrincipal
 
 router = APIRouter(tags=["servers"])
 
 
-@router.get("/v1/servers", response_model=list[ServerRead])
+@router.get("/v1/servers", response_model=ServerPage)
 def list_servers(
     session: SessionDep,
     _: ReadPrincipal,
     state: Literal["starting", "ready", "failed", "stopping", "stopped"] | None = None,
+    cursor: PageCursor = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-) -> list[ServerRead]:
-    """Servers, newest first."""
-    return [ServerRead.model_validate(s) for s in service.list_servers(session, state=state, limit=limit)]
+) -> ServerPage:
+    """Servers, newest first, with cursor pagination."""
+    rows, next_cursor = service.list_servers(session, state=state, cursor=cursor, limit=limit)
+    return ServerPage(items=[ServerRead.model_validate(s) for s in rows], next_cursor=next_cursor)
 
 
 @router.get("/v1/servers/{server_id}", response_model=ServerRead)

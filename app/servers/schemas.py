@@ -26,3 +26,8 @@ class ServerRead(BaseModel):
     started_at: datetime
     ready_at: datetime | None
     stopped_at: datetime | None
+
+
+class ServerPage(BaseModel):
+    items: list[ServerRead]
+    next_cursor: str | None

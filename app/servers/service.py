@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.core.errors import found_or_404
+from app.core.paging import decode_cursor, page_of
 from app.jobs import service as jobs
 from app.logs import service as logs
 from app.logs.follow import LogHub
@@ -59,8 +60,12 @@ def get_server(session: Session, server_id: uuid.UUID) -> Server:
     return found_or_404(repository.get(session, server_id), f"no server {server_id}")
 
 
-def list_servers(session: Session, *, state: str | None, limit: int) -> list[Server]:
-    return repository.all_servers(session, state=state, limit=limit)
+def list_servers(
+    session: Session, *, state: str | None, cursor: str | None, limit: int
+) -> tuple[list[Server], str | None]:
+    """Servers, newest first, a page at a time, and the next page's cursor."""
+    rows = repository.page(session, state=state, after=decode_cursor(cursor), limit=limit + 1)
+    return page_of(rows, limit, lambda s: (s.started_at, s.id))
 
 
 def stop_server(session: Session, *, server_id: uuid.UUID) -> Server:

@@ -228,7 +228,7 @@ def follow(
 def dry_runs(http: httpx.Client, pipeline_spec: dict[str, Any], out: Path) -> None:
     """POST /v1/launch/render on this GPU host (real NVML, SGLang's own parser): a good spec, tp_size past the
     GPUs, tp_size that does not split the heads, and --help in extra_args."""
-    drafts = http.get("/v1/artifacts", params={"kind": "sglang_checkpoint"}).json()
+    drafts = http.get("/v1/artifacts", params={"kind": "sglang_checkpoint"}).json()["items"]
     base = {
         "engine": "sglang",
         "model": pipeline_spec["target"],
@@ -271,7 +271,10 @@ def report(http: httpx.Client, pipeline_id: str, out: Path) -> dict[str, Any]:
     pipeline: dict[str, Any] = http.get(f"/v1/pipelines/{pipeline_id}").json()
     (out / "pipeline.json").write_text(json.dumps(pipeline, indent=2))
     (out / "job_logs.txt").write_text(job_logs(http, pipeline["jobs"]))
-    serving = {"benchmarks": http.get("/v1/benchmarks").json(), "servers": http.get("/v1/servers").json()}
+    serving = {
+        "benchmarks": http.get("/v1/benchmarks").json()["items"],
+        "servers": http.get("/v1/servers").json()["items"],
+    }
     (out / "serving.json").write_text(json.dumps(serving, indent=2))  # one file: a call returns 8
     for job in pipeline["jobs"]:
         if job["kind"] in ("eval", "benchmark", "train"):

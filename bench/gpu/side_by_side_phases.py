@@ -168,7 +168,7 @@ def paired_benchmarks(
 
 
 def _benchmark_of(http: Any, job_id: str) -> str:
-    listed = http.get("/v1/benchmarks", params={"job_id": job_id}).json()
+    listed = http.get("/v1/benchmarks", params={"job_id": job_id}).json()["items"]
     if not listed:
         raise SystemExit(f"job {job_id} recorded no benchmark table (it has not ended, or ended before one)")
     return str(listed[0]["id"])

@@ -51,7 +51,7 @@ def record(
             {"params": json.dumps({"mode": "sweep", "launch": launch}), "id": job_id},
         )
     finish_as(settings, job_id, "benchmark", result)
-    listed = client.get("/v1/benchmarks", params={"job_id": job_id}, headers=admin).json()
+    listed = client.get("/v1/benchmarks", params={"job_id": job_id}, headers=admin).json()["items"]
     return str(listed[0]["id"])
 
 
@@ -161,7 +161,9 @@ def test_results_that_cannot_be_paired_are_refused_as_not_comparable(
     assert says in problem["detail"]
     assert response.headers["content-type"].startswith("application/problem+json")
     assert client.get(f"/v1/benchmarks/{b}", headers=admin).json() == before
-    assert len(client.get("/v1/benchmarks", headers=admin).json()) == 2, "the listing still reads both"
+    assert len(client.get("/v1/benchmarks", headers=admin).json()["items"]) == 2, (
+        "the listing still reads both"
+    )
 
 
 def test_unknown_malformed_and_self_comparisons_get_clear_errors(

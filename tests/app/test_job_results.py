@@ -37,10 +37,10 @@ def test_only_a_benchmark_result_with_rows_becomes_a_table_whatever_the_end_stat
     rows = [{"depth": None, "speedup": 1.0}]
     finish_as(settings, str(submit(client, admin)["id"]), "eval", {"rows": rows})
     finish_as(settings, str(submit(client, admin)["id"]), "benchmark", {"mode": "single"})
-    assert client.get("/v1/benchmarks", headers=admin).json() == []
+    assert client.get("/v1/benchmarks", headers=admin).json()["items"] == []
     gated = str(submit(client, admin)["id"])
     finish_as(settings, gated, "benchmark", {"rows": rows, "gate": {"deployable": False}})
-    listed = client.get("/v1/benchmarks", headers=admin).json()
+    listed = client.get("/v1/benchmarks", headers=admin).json()["items"]
     assert [(b["job_id"], b["deployable"]) for b in listed] == [(gated, False)]
 
 

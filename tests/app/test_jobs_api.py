@@ -112,8 +112,9 @@ def test_malformed_json_and_oversized_bodies(
     assert too_big.json()["code"] == "BODY_TOO_LARGE"
     nested = b"[" * 5000 + b"]" * 5000
     deep = client.post("/v1/jobs", content=nested, headers={**admin, "content-type": "application/json"})
-    assert deep.status_code == 400
-    assert deep.json()["code"] == "BAD_REQUEST"
+    assert deep.status_code == 422
+    assert deep.json()["code"] == "VALIDATION_FAILED"
+    assert "deeper than" in deep.json()["detail"]
     assert job_count(client, admin) == 0
 
 

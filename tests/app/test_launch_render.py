@@ -44,7 +44,7 @@ def test_render_shows_argv_and_every_finding_without_starting_anything(
     job = client.get(f"/v1/jobs/{rendered['job_id']}", headers=admin).json()
     assert job["params"]["dry_run"] is True
     assert job["gpus_requested"] == 0
-    assert client.get("/v1/servers", headers=admin).json() == []  # nothing was started
+    assert client.get("/v1/servers", headers=admin).json()["items"] == []  # nothing was started
 
 
 def test_render_of_a_good_reference_spec_via_get(

@@ -66,7 +66,7 @@ def test_server_rows_follow_the_launch_jobs_events(
         servers.record_server_event(
             session, job_id=job_id, host="gpu-a", event={"state": "ready", "accept_len": 2.7}
         )
-    listed = client.get("/v1/servers", headers=admin).json()
+    listed = client.get("/v1/servers", headers=admin).json()["items"]
     assert len(listed) == 1
     server = listed[0]
     assert (server["state"], server["last_accept_len"], server["engine"]) == ("ready", 2.7, "sglang")
@@ -118,7 +118,7 @@ def test_benchmark_table_is_stored_when_the_job_ends_and_served_as_csv(
             job_id=uuid.UUID(job["id"]),
             outcome=Outcome(JobState.SUCCEEDED, "SUCCEEDED", result={"rows": rows, "deployable": True}),
         )
-    listed = client.get("/v1/benchmarks", headers=admin).json()
+    listed = client.get("/v1/benchmarks", headers=admin).json()["items"]
     assert listed[0]["deployable"] is True
     csv = client.get(f"/v1/benchmarks/{listed[0]['id']}", params={"format": "csv"}, headers=admin)
     assert csv.headers["content-type"].startswith("text/csv")
@@ -154,4 +154,6 @@ def test_artifact_lineage_walks_back_through_dependencies(
     lineage = client.get(f"/v1/artifacts/{child_id}", headers=admin).json()
     assert [a["kind"] for a in lineage["ancestors"]] == ["hidden_states"]
     assert lineage["ancestors"][0]["bytes"] == 10
-    assert len(client.get("/v1/artifacts", params={"kind": "hidden_states"}, headers=admin).json()) == 1
+    assert (
+        len(client.get("/v1/artifacts", params={"kind": "hidden_states"}, headers=admin).json()["items"]) == 1
+    )

@@ -83,7 +83,7 @@ def test_bad_step_params_refuse_the_whole_pipeline(client: TestClient, admin: He
     traversal = client.post("/v1/pipelines", json=spec("/tmp/../etc"), headers=admin)
     assert traversal.status_code == 422
     assert client.get("/v1/jobs", headers=admin).json()["items"] == []
-    assert client.get("/v1/pipelines", headers=admin).json() == []
+    assert client.get("/v1/pipelines", headers=admin).json()["items"] == []
 
 
 def test_artifacts_flow_to_the_next_step_and_retry_reuses_them(
@@ -141,7 +141,7 @@ def test_idempotency_key_on_pipelines(client: TestClient, admin: Headers, tmp_pa
     other = client.post("/v1/pipelines", json=spec(str(tmp_path), train={"epochs": 3}), headers=key)
     assert other.status_code == 422
     assert other.json()["code"] == "IDEMPOTENCY_MISMATCH"
-    assert len(client.get("/v1/pipelines", headers=admin).json()) == 1
+    assert len(client.get("/v1/pipelines", headers=admin).json()["items"]) == 1
     assert len(client.get("/v1/jobs", headers=admin).json()["items"]) == 6
 
 
@@ -363,7 +363,7 @@ def test_a_stored_pipeline_without_a_workdir_never_breaks_a_listing(
         session.add(Pipeline(id=odd, template="eagle3", spec={}, retries=0, created_at=utcnow()))
     listed = client.get("/v1/pipelines", headers=admin)
     assert listed.status_code == 200, listed.text
-    assert [p["run_root"] for p in listed.json() if p["id"] == str(odd)] == [None]
+    assert [p["run_root"] for p in listed.json()["items"] if p["id"] == str(odd)] == [None]
     assert client.get(f"/v1/pipelines/{odd}", headers=admin).status_code == 200
     refused = client.post(f"/v1/pipelines/{odd}/retry", json={"from_step": "train"}, headers=admin)
     assert 400 <= refused.status_code < 500, refused.text

@@ -189,7 +189,7 @@ def test_two_jobs_of_one_kind_pass_artifacts_fail_and_retry_by_step_name(
     failed = client.get(f"/v1/pipelines/{pipeline['id']}", headers=admin).json()
     assert (failed["state"], failed["failed_step"]) == ("failed", "extract_held_out")
     assert [j["pipeline_step"] for j in failed["jobs"]] == STEPS  # both generate jobs, both extract jobs
-    listed = client.get("/v1/pipelines", headers=admin).json()
+    listed = client.get("/v1/pipelines", headers=admin).json()["items"]
     assert [j["pipeline_step"] for j in listed[0]["jobs"]] == STEPS
     assert listed[0]["failed_step"] == "extract_held_out"
 

@@ -173,7 +173,7 @@ def test_pair_compares_the_pipelines_drafter_with_the_reference_draft_on_the_sam
     client.headers.update(admin)
     ours = record(client, admin, settings, sweep({"5,1,6": [(90, 30)] * 30}))
     theirs = record(client, admin, settings, sweep({"5,1,6": [(60, 30)] * 30}))
-    job_of = {b["id"]: b["job_id"] for b in client.get("/v1/benchmarks").json()}
+    job_of = {b["id"]: b["job_id"] for b in client.get("/v1/benchmarks").json()["items"]}
     step = "serve_held_out" if held_out else "benchmark"
     pipeline = {"jobs": [{"pipeline_step": "train", "id": "x"}, {"pipeline_step": step, "id": job_of[ours]}]}
     folder = tmp_path / "spec"

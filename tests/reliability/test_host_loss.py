@@ -52,7 +52,7 @@ def test_a_vanished_host_loses_its_jobs_in_time_and_keeps_their_shipped_logs(
         assert lost["message"].startswith("no heartbeat from worker doomed@")
 
         assert http.get("/v1/hosts/doomed").json()["leases"] == []
-        server = http.get("/v1/servers").json()[0]
+        server = http.get("/v1/servers").json()["items"][0]
         assert (server["state"], server["message"]) == ("failed", "its worker was lost")
         text = http.get(f"/v1/jobs/{job_id}/logs", params={"format": "text"}).text
         assert all(f"line {i}" in text for i in range(5)), text

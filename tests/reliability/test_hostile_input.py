@@ -212,8 +212,8 @@ def test_huge_and_deeply_nested_bodies_are_refused(
         admin,
         "POST",
         "/v1/jobs",
-        400,
-        "BAD_REQUEST",
+        422,
+        "VALIDATION_FAILED",
         content=nested,
         headers=json_headers,
     )

@@ -108,8 +108,8 @@ export class BenchmarkView {
   async refresh(job) {
     let sweep = job.result?.rows ? readSweep(job.result, null) : null;
     if (!sweep && job.terminal) {
-      const { available, data } = await getOptional("/v1/benchmarks?limit=500");
-      const mine = available ? data.filter((result) => result.job_id === this.jobId) : [];
+      const { available, data } = await getOptional(`/v1/benchmarks?job_id=${encodeURIComponent(this.jobId)}&limit=1`);
+      const mine = available ? data.items : [];
       if (mine.length) sweep = readSweep(mine[0].summary, mine[0].deployable);
     }
     const key = JSON.stringify(sweep);

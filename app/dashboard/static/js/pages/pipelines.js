@@ -47,9 +47,9 @@ export function mount(root) {
   return poll(async () => {
     const { available, data } = await getOptional("/v1/pipelines");
     if (!available) return replace(body, notice(UNAVAILABLE));
-    if (!data.length) return replace(body, h("p", { class: "empty" }, "No pipelines yet. POST /v1/pipelines starts one."));
+    if (!data.items.length) return replace(body, h("p", { class: "empty" }, "No pipelines yet. POST /v1/pipelines starts one."));
     const headers = ["pipeline", "template", "state", "host", "created", "steps"];
-    return replace(body, table(headers, data.map(pipelineRow), { id: "pipelines-table" }));
+    return replace(body, table(headers, data.items.map(pipelineRow), { id: "pipelines-table" }));
   });
 }
 

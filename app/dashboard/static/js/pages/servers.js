@@ -78,16 +78,16 @@ export function mount(root) {
   return poll(async () => {
     const [serverList, benchmarkList] = await Promise.all([getOptional("/v1/servers"), getOptional("/v1/benchmarks")]);
     if (!serverList.available) replace(servers, notice("This API has no /v1/servers yet (an older eyas)."));
-    else if (!serverList.data.length) replace(servers, h("p", { class: "empty" }, "No servers. A launch job starts one."));
+    else if (!serverList.data.items.length) replace(servers, h("p", { class: "empty" }, "No servers. A launch job starts one."));
     else {
       const headers = ["server", "state", "engine", "host", "url", "GPUs", "draft", "accept len", "up since", "job", "message", ""];
-      replace(servers, table(headers, serverList.data.map(serverRow), { id: "servers-table" }));
+      replace(servers, table(headers, serverList.data.items.map(serverRow), { id: "servers-table" }));
     }
     if (!benchmarkList.available) replace(benchmarks, notice("This API has no /v1/benchmarks yet."));
-    else if (!benchmarkList.data.length) replace(benchmarks, h("p", { class: "empty" }, "No benchmarks yet."));
+    else if (!benchmarkList.data.items.length) replace(benchmarks, h("p", { class: "empty" }, "No benchmarks yet."));
     else {
       const headers = ["compare", "job", "server", "verdict", "config", "speedup", "accept len", "tok/s", "reasons", "when"];
-      const rows = benchmarkList.data.map((result) => benchmarkRow(result, comparison));
+      const rows = benchmarkList.data.items.map((result) => benchmarkRow(result, comparison));
       replace(benchmarks, table(headers, rows, { id: "benchmarks-table" }));
     }
   });

@@ -1,11 +1,16 @@
-"""Whether speculators 0.9.0's trainer can read an eyas extraction: each problem names the file or field
-that differs and the speculators code that reads it (speculators_side_by_side.py asks before training)."""
+"""An eyas extraction as speculators 0.9.0's trainer reads it: whether it can (each problem names the file
+or field that differs and the speculators code that reads it), the view of it that holds out eyas's
+validation rows, and the packed row length that gives eyas's batch (bench.speculators_side_by_side)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from drafting.ml.train_data import split_indices
 
 STATES = 4  # 3 aux states + the last layer's output before the final norm, per token
 MAX_PROBLEMS = 20
@@ -76,3 +81,36 @@ def _file_problems(path: Path, row: int, ids: list[int], hidden_size: int) -> li
                 "train/data.py:314-322)"
             )
     return problems
+
+
+def make_view(extraction: Path, view: Path, val_fraction: float, seed: int) -> dict[str, Any]:
+    """`view`: the extraction's rows reordered so that eyas's validation rows come last (speculators holds
+    out the last rows, train/data.py:172-182), its hidden-state files links to the extraction's. speculators
+    caches d2t/t2d there (train/cli.py:387-393), never in the extraction."""
+    from datasets import load_from_disk
+
+    data = load_from_disk(str(extraction))
+    train, val = split_indices(len(data), val_fraction, seed)
+    order = train + val
+    view.mkdir(parents=True)
+    picked = data.select(order)
+    picked.set_format("torch")
+    picked.save_to_disk(str(view))
+    (view / "hidden_states").mkdir()
+    for new, old in enumerate(order):
+        (view / "hidden_states" / f"hs_{new}.safetensors").symlink_to(
+            (extraction / "hidden_states" / f"hs_{old}.safetensors").resolve()
+        )
+    (view / "token_freq.pt").symlink_to((extraction / "token_freq.pt").resolve())
+    ratio = (len(train) + 0.5) / len(order)  # int(n * ratio) == len(train): the split speculators computes
+    assert int(len(order) * ratio) == len(train)
+    lengths = [int(n) for n in data.with_format(None)["seq_len"]]
+    return {"train_rows": train, "val_rows": val, "ratio": ratio, "lengths": lengths}
+
+
+def total_seq_len(lengths: list[int], train_rows: list[int], batch_size: int) -> int:
+    """Tokens of speculators' one packed row per step: batch_size average training samples (so an epoch has
+    about as many optimizer steps as eyas's batches), at least the longest sample, rounded up to 128."""
+    train = [lengths[i] for i in train_rows]
+    wanted = max(max(train), math.ceil(batch_size * sum(train) / len(train)))
+    return 128 * math.ceil(wanted / 128)

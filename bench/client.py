@@ -109,7 +109,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.join(5)
-    print(json.dumps({"bench": "bench_client", "cpu_count": os.cpu_count(), "runs": runs}, indent=2))
+    print(json.dumps({"bench": "client", "cpu_count": os.cpu_count(), "runs": runs}, indent=2))
 
 
 if __name__ == "__main__":

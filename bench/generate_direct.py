@@ -1,9 +1,14 @@
-"""eyas `generate` beside SGLang driven directly: one SGLang server (the engine settings the pipeline used),
-the same prompts, the same sampling and concurrency, measured in alternating rounds (E D D E …) so drift
-hits both alike. "Direct" is the thinnest client there is: `/generate` with the template's token ids, a
-semaphore for concurrency, tokens counted from meta_info. The ratio is eyas's tokens/s over direct's.
+"""eyas's `generate` client beside SGLang driven directly, on a GPU host with SGLang installed: one SGLang
+server, the same prompts, the same sampling and concurrency, measured in alternating rounds (E D D E …) so
+drift hits both alike. "Direct" is the thinnest client there is: `/generate` with the chat template's token
+ids, a semaphore for concurrency, tokens counted from meta_info. The ratio is eyas's tokens/s over
+direct's. Writes OUT/generate_direct.json and OUT/sglang_direct.log.
 
-    python3 bench/gpu/generate_direct.py TARGET CONVERSATIONS OUT [--records 1024] [--concurrency 256]
+CONVERSATIONS is a JSONL of conversations whose first user turn is the prompt (e.g. the conversations a
+journey's generate step wrote, WORK/runs/<pipeline>/conversations.jsonl).
+
+    python -m bench.generate_direct TARGET CONVERSATIONS OUT [--records 1024] [--concurrency 256]
+        [--max-new-tokens 512] [--rounds 4] [--sglang-args="--attention-backend triton"]
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -21,37 +27,34 @@ from typing import Any
 import httpx
 
 from bench import _cli as cli
+from drafting import proc
+from drafting.generation.client import Sampling
+from drafting.generation.inputs import Conversation, read_prompts
+from drafting.generation.output import DurableWriter, prepare_output
+from drafting.generation.runner import Generation, RunSettings
+from drafting.generation.template import encode, load_chat_tokenizer, template_facts
+from drafting.prompting.chat import render_messages
+from drafting.serving.host_checks import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from drafting.generation.client import Sampling  # noqa: E402
-from drafting.generation.inputs import Conversation, read_prompts  # noqa: E402
-from drafting.generation.output import DurableWriter, prepare_output  # noqa: E402
-from drafting.generation.runner import Generation, RunSettings  # noqa: E402
-from drafting.generation.template import encode, load_chat_tokenizer, template_facts  # noqa: E402
-from drafting.prompting.chat import render_messages  # noqa: E402
-
-PORT = 30123
-SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
+READY_S = 300.0
 
 
-def launch(target: str, out: Path) -> subprocess.Popen[bytes]:
-    log = open(out / "sglang_direct.log", "wb")  # noqa: SIM115 - the server owns it
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", target, "--port", str(PORT)]
-    command += ["--mem-fraction-static", "0.6", *SGLANG_ARGS]
-    server = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + 300
+def launch(target: str, port: int, extra: list[str], out: Path) -> subprocess.Popen[bytes]:
+    """SGLang serving `target` on `port`, ready once /health_generate answers (log: OUT/sglang_direct.log)."""
+    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", target, "--port", str(port)]
+    server = proc.spawn([*command, "--mem-fraction-static", "0.6", *extra], output=out / "sglang_direct.log")
+    deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{PORT}/health_generate", timeout=5).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/health_generate", timeout=5).status_code == 200:
                 return server
         except httpx.TransportError:
             pass
         if server.poll() is not None:
             raise SystemExit("SGLang exited: see sglang_direct.log")
         time.sleep(1)
-    raise SystemExit("SGLang not ready in 300 s")
+    proc.terminate_group(server.pid, grace_s=30, popen=server)
+    raise SystemExit(f"SGLang not ready in {READY_S:.0f} s: see sglang_direct.log")
 
 
 def eyas_round(
@@ -60,7 +63,7 @@ def eyas_round(
     path = out / "eyas_round.jsonl"
     path.unlink(missing_ok=True)
     settings = RunSettings(
-        url=f"http://127.0.0.1:{PORT}",
+        url=f"http://127.0.0.1:{args.port}",
         answer=Sampling(0.0, 1.0, args.max_new_tokens),
         user_turn=None,
         seed=0,
@@ -89,7 +92,7 @@ def eyas_round(
 
 async def _direct(ids: list[list[int]], stop: list[int], args: argparse.Namespace) -> int:
     gate = asyncio.Semaphore(args.concurrency)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{PORT}", timeout=600) as client:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{args.port}", timeout=600) as client:
 
         async def one(prompt: list[int]) -> int:
             async with gate:
@@ -112,14 +115,18 @@ def direct_round(ids: list[list[int]], stop: list[int], args: argparse.Namespace
 
 def main() -> None:
     parser = cli.parser(__doc__)
-    parser.add_argument("target")
-    parser.add_argument("conversations", type=Path)
+    parser.add_argument("target", help="the target model's folder")
+    parser.add_argument("conversations", type=Path, help="JSONL of conversations: their first user turns")
     parser.add_argument("out", type=Path)
     parser.add_argument("--records", type=int, default=1024)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--sglang-args", default="", help='extra arguments of the SGLang launch (--sglang-args="--x y")'
+    )
     args = parser.parse_args()
+    args.port = free_port()
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_chat_tokenizer(args.target)
     facts = template_facts(tokenizer)
@@ -130,7 +137,7 @@ def main() -> None:
     ]
     ids = [encode(tokenizer, render_messages(tokenizer, c.messages)) for c in conversations]
     stop = sorted(facts.stop_ids)
-    server = launch(args.target, args.out)
+    server = launch(args.target, args.port, shlex.split(args.sglang_args), args.out)
     try:
         direct_round(ids[:64], stop, args)  # warm-up, not counted
         rounds = []
@@ -145,8 +152,7 @@ def main() -> None:
                 rounds.append({"round": number, **row})
                 print(json.dumps(rounds[-1]), flush=True)
     finally:
-        server.terminate()
-        server.wait(60)
+        proc.terminate_group(server.pid, grace_s=30, popen=server)
     eyas = [r["tok_s"] for r in rounds if r["client"] == "eyas"]
     direct = [r["tok_s"] for r in rounds if r["client"] == "direct"]
     summary = {

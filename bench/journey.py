@@ -17,7 +17,7 @@ Without `--url` each command starts `eyas up` for its own length (data in WORK/d
 
     python -m bench.journey run WORK OUT --prompts MTBENCH.jsonl [--target DIR | --gguf FILE]
         [--held-out 72] [--conversations 16000] [--epochs 10] [--lr 1e-3] [--openers tasks|none]
-        [--configs "3,1,4 5,1,6 7,1,8"] [--repeats 3] [--no-eval] [--no-serve-held-out]
+        [--configs "3,1,4 5,1,6 7,1,8"] [--repeats 3] [--eval] [--no-serve-held-out]
         [--set SECTION.KEY=JSON ...] [--data CONVERSATIONS.jsonl [--held-out-conversations FILE]]
         [--sglang-args="--attention-backend triton ..."] [--host gpu] [--url URL --token-file FILE]
     python -m bench.journey sweep WORK OUT --pipeline ID --draft DIR [--held-out]
@@ -84,7 +84,7 @@ def pipeline_spec(
     spec = gpu_pipeline_spec(
         assets, workdir=str(args.work.resolve() / "runs"), conversations=args.conversations,
         epochs=args.epochs, lr=args.lr, openers=None if args.openers == "none" else args.openers,
-        eval_step=not args.no_eval, configs=parse_configs(args.configs) if args.configs else None,
+        eval_step=args.eval, configs=parse_configs(args.configs) if args.configs else None,
         repeats=args.repeats, sglang_args=shlex.split(args.sglang_args),
     )  # fmt: skip
     spec["host"] = args.host
@@ -135,20 +135,21 @@ def with_settings(spec: dict[str, Any], changes: list[str]) -> dict[str, Any]:
 
 def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     """The target (given, or SmolLM2 built into WORK/target from its GGUF or its package) and the spec on
-    WORK's copies of the prompts: every path the pipeline reads lies under a root the worker allows."""
+    WORK's copies of the prompts: every path the pipeline reads lies under a root the worker allows. The
+    flags are checked first, so a bad one costs no build."""
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    if args.target is not None:
-        target = args.target.resolve()
-    else:
-        target = build_target(BUILT, work / "target", gguf=args.gguf).folder
+    target = args.target.resolve() if args.target is not None else work / "target"
     held_out = None
     if args.held_out:
         prompts, held_out = split_mtbench(args.prompts, work, args.held_out)
     else:
         prompts = work / "mtbench.jsonl"
         shutil.copyfile(args.prompts, prompts)
-    return target, pipeline_spec(args, target, prompts, held_out)
+    spec = pipeline_spec(args, target, prompts, held_out)
+    if args.target is None:
+        build_target(BUILT, target, gguf=args.gguf)
+    return target, spec
 
 
 def run(args: argparse.Namespace) -> int:
@@ -225,7 +226,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--configs", help='sweep configs "steps,topk,draft_tokens ..." (default: the recipe\'s)'
     )
     started.add_argument("--repeats", type=int, default=3, help="the sweep's interleaved rounds")
-    started.add_argument("--no-eval", action="store_true", help="no eval step (the sweep measures it)")
+    started.add_argument("--eval", action="store_true", help="an eval step too (the sweep measures the same)")
     started.add_argument("--no-serve-held-out", action="store_true", help="validate on held-out, serve none")
     started.add_argument("--set", action="append", help="SECTION.KEY=JSON into the spec (repeatable)")
     started.add_argument("--data", type=Path, help="training conversations the target wrote: no generate")

@@ -29,20 +29,8 @@ import torch
 
 from bench import _cli as cli
 from bench._journey_api import connected, follow_pipeline, posted, write_report
-from drafting.ml.demo_assets import WORDS, sentence, successor_target, write_jsonl
-
-
-def successor_chat(rng: random.Random, turns: int = 3, words: int = 20) -> dict[str, Any]:
-    """User turns of random words; assistant turns that follow the successor rule, as the target's own greedy
-    answers do (regenerated data, the field's recipe): a drafter trained on random assistant words learns
-    little of the chains the sweep's prompts continue into."""
-    messages = []
-    for _ in range(turns):
-        start = rng.randrange(len(WORDS))
-        chain = " ".join(WORDS[(start + step) % len(WORDS)] for step in range(words))
-        messages.append({"role": "user", "content": sentence(rng, words)})
-        messages.append({"role": "assistant", "content": chain})
-    return {"messages": messages}
+from drafting.ml.demo_assets import WORDS, successor_target, write_jsonl
+from testsupport.successor_chats import successor_chat
 
 
 def prompts(path: Path, count: int = 16) -> Path:

@@ -1,4 +1,4 @@
-"""SpecForge 0.2.0's own EAGLE-3 trainer on an eyas extraction, beside eyas's trainer (issue 15).
+"""SpecForge 0.2.0's own EAGLE-3 trainer on an eyas extraction, beside eyas's trainer.
 
 What SpecForge's offline trainer needs, read in the installed 0.2.0 (paths inside the package):
 
@@ -20,13 +20,15 @@ What SpecForge's offline trainer needs, read in the installed 0.2.0 (paths insid
 - `specforge export --to sglang` (cli.py:199-212) writes SGLang's layout; `eyas fix-keys` then checks it.
 
 On the GPU host SpecForge needs only its own wheel (pure Python) installed `--no-deps`: its pins
-(transformers 5.8.1) would replace the host's. On a CPU (`--device cpu`, tests) the one CUDA-only piece, its
+(transformers 5.8.1) would replace the host's (`scripts/wheelhouse.sh --with specforge` for a host
+without network). On a CPU (`--device cpu`, tests) the one CUDA-only piece, its
 Triton KL loss (core/loss.py:185), is replaced by the reference SpecForge ships beside it
 (core/loss.py:15-21), run eagerly: the stand-in for a kernel that cannot run here, nothing else.
 
-    python3 bench/gpu/specforge_side_by_side.py EXTRACTION TARGET WORK --epochs 10 --lr 1e-3 --ttt-steps 7
+    python -m bench.specforge_side_by_side EXTRACTION TARGET WORK --epochs 10 --lr 1e-3 --ttt-steps 7
         [--batch-size 1] [--max-len 2048] [--device cpu]
-    # WORK/specforge_run.json: times, samples/s, peak GPU memory, SpecForge's logged metrics, fix-keys' report
+    # WORK/specforge_run.json: times, samples/s, peak GPU memory, SpecForge's logged metrics, fix-keys'
+    # report; WORK/sglang_draft: the draft, for `python -m bench.journey sweep --draft WORK/sglang_draft`
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import argparse
 import ast
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,18 +45,14 @@ from typing import Any
 import torch
 
 from bench import _cli as cli
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from speculators_side_by_side import SGLANG_DRAFT, fix_keys, sweep_job  # noqa: E402 - bench/gpu is sys.path[0] as a script
-
-from drafting.ml._config import drafter_config, text_config  # noqa: E402
-from drafting.ml._dataset import read_token_freq  # noqa: E402
-from drafting.ml.hidden_store import read_manifest  # noqa: E402
-from drafting.ml.target_head import read_final_norm, weight_files, weight_names  # noqa: E402
-from drafting.ml.train_data import HiddenStateDataset, open_extraction, split_indices  # noqa: E402
-from drafting.ml.vocab import d2t_offsets, draft_token_ids  # noqa: E402
+from bench._run import python_module, run
+from bench.speculators_side_by_side import SGLANG_DRAFT, fix_keys
+from drafting.ml._config import drafter_config, text_config
+from drafting.ml._dataset import read_token_freq
+from drafting.ml.hidden_store import read_manifest
+from drafting.ml.target_head import read_final_norm, weight_files, weight_names
+from drafting.ml.train_data import HiddenStateDataset, open_extraction, split_indices
+from drafting.ml.vocab import d2t_offsets, draft_token_ids
 
 GROUP = 2000  # samples per folder, as SpecForge's own capture groups them (rows_{g}-{g+2000})
 METRIC_LINE = re.compile(r"^step (?P<step>\d+): (?P<metrics>\{.*\})\s*$")
@@ -190,23 +187,21 @@ def run_config(args: argparse.Namespace, work: Path, head_key: str) -> dict[str,
 
 
 def attention_backend(args: argparse.Namespace) -> str:
-    """SDPA on a CPU; on a GPU flex attention unless asked otherwise: SpecForge runs it uncompiled below 128
-    query tokens (its 0.2.0 modeling/draft/llama3_eagle.py:865-870), and run 11's steps were slow."""
+    """SDPA on a CPU; on a GPU flex attention unless asked otherwise (SpecForge runs it uncompiled below 128
+    query tokens, its 0.2.0 modeling/draft/llama3_eagle.py:865-870, so short rows can step slowly)."""
     if args.attention_backend != "auto":
         return str(args.attention_backend)
     return "sdpa" if args.device == "cpu" else "flex_attention"
 
 
 def specforge(argv: list[str], device: str, log: Path) -> dict[str, Any]:
-    """`specforge ARGV` in a child process (this script's `_cli` phase), its output to LOG; wall time, exit
+    """`specforge ARGV` in a child process (this module's `_cli` phase), its output to LOG; wall time, exit
     code and the peak GPU memory the child reports."""
-    command = [sys.executable, str(Path(__file__).resolve()), "_cli", device, *argv]
     began = time.monotonic()
-    with log.open("ab") as sink:
-        done = subprocess.run(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, check=False)
+    done = run(python_module("bench.specforge_side_by_side", "_cli", device, *argv), log=log)
     peaks = re.findall(r"^eyas-peak-gpu-bytes (\d+)$", log.read_text(errors="replace"), re.MULTILINE)
     return {
-        "returncode": done.returncode,
+        "returncode": done.result.exit_code,
         "wall_s": round(time.monotonic() - began, 1),
         "peak_gpu_bytes": int(peaks[-1]) if peaks else None,
     }
@@ -241,10 +236,9 @@ def side_by_side(args: argparse.Namespace) -> dict[str, Any]:
         export += ["--draft-config", str(work / "draft_config.json"), "--output-dir", str(work / "exported")]
         record["export"] = specforge(export, args.device, log)
         if record["export"]["returncode"] == 0:
-            record["fix_keys"] = fix_keys(work / "exported", work / SGLANG_DRAFT, args.target.resolve())
-            if args.sweep_work is not None:  # real_model.py's side-sweep phase posts it to its `eyas up`
-                job = sweep_job(args.sweep_work.resolve(), work / SGLANG_DRAFT, args.sweep_configs)
-                (work / "sweep_job.json").write_text(json.dumps(job, indent=2))
+            record["fix_keys"] = fix_keys(
+                work / "exported", work / SGLANG_DRAFT, args.target.resolve(), args.sglang_version
+            )
     (work / "specforge_run.json").write_text(json.dumps(record, indent=2))
     return record
 
@@ -287,10 +281,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval-interval", type=int, default=500)
     parser.add_argument("--device", default="cuda", help="cpu: tests (SpecForge's reference loss)")
     parser.add_argument("--attention-backend", choices=["auto", "sdpa", "flex_attention"], default="auto")
-    parser.add_argument(
-        "--work", dest="sweep_work", type=Path, help="real_model.py's WORK: also write the draft's sweep job"
-    )
-    parser.add_argument("--sweep-configs", help='"steps,topk,draft_tokens ..." (default: real_model.py\'s)')
+    parser.add_argument("--sglang-version", help="the SGLang release fix-keys checks the draft against")
     return parser.parse_args(argv)
 
 

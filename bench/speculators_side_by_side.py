@@ -1,16 +1,20 @@
-"""speculators 0.9.0's own EAGLE-3 trainer on an eyas extraction, beside eyas's trainer (issue 15).
+"""speculators 0.9.0's own EAGLE-3 trainer on an eyas extraction, beside eyas's trainer.
 
 Checks that speculators' trainer can read the extraction (each problem names the file or field and the
 speculators code reading it), gives speculators a view of it that holds out eyas's validation rows, runs
-speculators' own `main(TrainConfig)` (what `speculators train` runs), converts the checkpoint with
-`eyas fix-keys` and writes OUT/speculators_run.json (times, tokens/s, peak GPU memory, per-position validation
-accuracy). `--eyas` first trains eyas's train stage on the same extraction in this process; `--work` writes
-real_model.py's benchmark sweep for each draft as OUT/sweep_job*.json (for `eyas submit benchmark -f`).
-Around speculators' trainer there is only a `Trainer` subclass that times epochs, counts training tokens and
-keeps validation metrics; `--device cpu` (tests) also swaps what speculators hard-wires to an accelerator.
+speculators' own `main(TrainConfig)` (what `speculators train` runs) on eyas's schedule, converts its
+checkpoint with `eyas fix-keys` into OUT/sglang_draft and writes OUT/speculators_run.json (times, tokens/s,
+peak GPU memory, per-position validation accuracy). `--eyas` first trains eyas's train stage on the same
+extraction, settings and rows in this process. Around speculators' trainer there is only a `Trainer`
+subclass that times epochs, counts training tokens and keeps validation metrics; `--device cpu` also swaps
+what speculators hard-wires to an accelerator. `python -m bench.journey sweep --draft OUT/sglang_draft`
+serves the draft through a pipeline's own sweep.
 
-    python3 bench/gpu/speculators_side_by_side.py EXTRACTION TARGET OUT --epochs 6 --ttt-steps 7 --lr 3e-4 \
-        --batch-size 32 [--eyas] [--work WORK] [--device cpu] [-- more speculators flags]
+Needs speculators 0.9.0 and hs-connectors 0.9.0 (`scripts/wheelhouse.sh --with speculators` for a host
+without network).
+
+    python -m bench.speculators_side_by_side EXTRACTION TARGET OUT --epochs 10 --ttt-steps 7 --lr 1e-3 \
+        --batch-size 32 --max-len 1024 [--eyas] [--eager] [--device cpu] [-- more speculators flags]
 """
 
 from __future__ import annotations
@@ -19,9 +23,7 @@ import argparse
 import faulthandler
 import gc
 import json
-import math
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -33,50 +35,20 @@ from unittest import mock
 import torch
 
 from bench import _cli as cli
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from speculators_layout import reading_problems  # noqa: E402 - bench/gpu is sys.path[0] when run as a script
-
-from drafting.ml.hidden_store import read_manifest  # noqa: E402
-from drafting.ml.train_data import split_indices  # noqa: E402
+from bench._run import python_module
+from bench._run import run as run_child
+from bench._speculators_layout import make_view, reading_problems, total_seq_len
+from drafting.ml.hidden_store import read_manifest
 
 DEPTHS = (3, 5, 7)
 PROGRESS_EVERY = 20  # batches between the driver's progress lines, after the first FIRST_BATCHES
 # Each of the first batches gets a line: batch k is fetched once step k-1 has run, so the gap from batch 1 to
-# 2 is the first step, which torch.compile dominates (models/eagle3/core.py:192; helper-23 counted ~15
-# forward graphs and their backwards, the TTT loop's graph break making Dynamo compile frame by frame).
+# 2 is the first step, which torch.compile dominates on a GPU (models/eagle3/core.py:192: the TTT loop's
+# graph break makes Dynamo compile frame by frame, some fifteen forward graphs and their backwards).
 FIRST_BATCHES = 5
-SGLANG_VERSION = "0.5.14"  # the GPU host's SGLang (drafting/sglang_facts.py)
-# The folder in a reference trainer's WORK that holds its draft once `eyas fix-keys` made it SGLang's:
-# both side-by-side drivers write it, real_model.py's draft-parts brings it back
+# The folder in a reference trainer's OUT that holds its draft once `eyas fix-keys` made it SGLang's (both
+# side-by-side modules write it).
 SGLANG_DRAFT = "sglang_draft"
-
-
-def make_view(extraction: Path, view: Path, val_fraction: float, seed: int) -> dict[str, Any]:
-    """`view`: the extraction's rows reordered so that eyas's validation rows come last (speculators holds
-    out the last rows, train/data.py:172-182), its hidden-state files links to the extraction's. speculators
-    caches d2t/t2d there (train/cli.py:387-393), never in the extraction."""
-    from datasets import load_from_disk
-
-    data = load_from_disk(str(extraction))
-    train, val = split_indices(len(data), val_fraction, seed)
-    order = train + val
-    view.mkdir(parents=True)
-    picked = data.select(order)
-    picked.set_format("torch")
-    picked.save_to_disk(str(view))
-    (view / "hidden_states").mkdir()
-    for new, old in enumerate(order):
-        (view / "hidden_states" / f"hs_{new}.safetensors").symlink_to(
-            (extraction / "hidden_states" / f"hs_{old}.safetensors").resolve()
-        )
-    (view / "token_freq.pt").symlink_to((extraction / "token_freq.pt").resolve())
-    ratio = (len(train) + 0.5) / len(order)  # int(n * ratio) == len(train): the split speculators computes
-    assert int(len(order) * ratio) == len(train)
-    lengths = [int(n) for n in data.with_format(None)["seq_len"]]
-    return {"train_rows": train, "val_rows": val, "ratio": ratio, "lengths": lengths}
 
 
 def speculators_argv(
@@ -103,14 +75,6 @@ def speculators_argv(
         # [heads, tokens, tokens x steps] scores; the fused losses are Triton kernels it autotunes
         argv += ["--draft-attn-impl", "sdpa", "--loss-implementation", "eager"]
     return argv + list(args.speculators_args)
-
-
-def total_seq_len(lengths: list[int], train_rows: list[int], batch_size: int) -> int:
-    """Tokens of speculators' one packed row per step: batch_size average training samples (so an epoch has
-    about as many optimizer steps as eyas's batches), at least the longest sample, rounded up to 128."""
-    train = [lengths[i] for i in train_rows]
-    wanted = max(max(train), math.ceil(batch_size * sum(train) / len(train)))
-    return 128 * math.ceil(wanted / 128)
 
 
 class _CountingLoader:
@@ -150,8 +114,8 @@ class _CountingLoader:
 
 def _arm_stall_dump(stall_s: float) -> None:
     """Dump every thread's stack to stderr (the run's log) if no batch comes for `stall_s` seconds, again
-    each `stall_s`: on the H200 (2026-12-02) this trainer showed no progress for 6 minutes and nothing said
-    where it waited. Re-arming cancels the pending dump."""
+    each `stall_s`: this trainer can show no progress for minutes (loader workers, compiling) and nothing
+    else says where it waits. Re-arming cancels the pending dump."""
     faulthandler.dump_traceback_later(stall_s, repeat=True, file=sys.stderr)
 
 
@@ -307,15 +271,18 @@ def run_eyas(args: argparse.Namespace) -> dict[str, Any]:
     return {"wall_s": wall, "tokens_per_s_mean": mean, "peak_gpu_bytes": _peak(), "val": val, **chosen}
 
 
-def fix_keys(checkpoint: Path, dest: Path, target: Path) -> dict[str, Any]:
-    paths = [str(checkpoint), str(dest), "--target", str(target)]
-    command = [sys.executable, "-m", "cli.main", "fix-keys", *paths, "--sglang-version", SGLANG_VERSION]
-    done = subprocess.run([*command, "--json"], cwd=ROOT, capture_output=True, text=True, check=False)
+def fix_keys(checkpoint: Path, dest: Path, target: Path, sglang_version: str | None = None) -> dict[str, Any]:
+    """`eyas fix-keys CHECKPOINT DEST --target TARGET --json` (against `sglang_version`, else the CLI's
+    default release): its exit code, its report, the tail of its stderr."""
+    argv = ["fix-keys", str(checkpoint), str(dest), "--target", str(target), "--json"]
+    if sglang_version is not None:
+        argv += ["--sglang-version", sglang_version]
+    done = run_child(python_module("cli.main", *argv))
     try:
-        report: dict[str, Any] = json.loads(done.stdout)
+        report: dict[str, Any] = json.loads("\n".join(done.stdout))
     except json.JSONDecodeError:
-        report = {"ok": False, "stdout": done.stdout[-2000:]}
-    return {"returncode": done.returncode, "stderr": done.stderr[-2000:], "report": report}
+        report = {"ok": False, "stdout": "\n".join(done.stdout)[-2000:]}
+    return {"returncode": done.result.exit_code, "stderr": "\n".join(done.stderr)[-2000:], "report": report}
 
 
 def train_main(args: argparse.Namespace) -> int:
@@ -349,14 +316,8 @@ def train_main(args: argparse.Namespace) -> int:
     checkpoint = best if best.exists() else out / "checkpoints" / str(args.epochs - 1)
     run["checkpoint"] = str(checkpoint.resolve())
     run["sglang_draft"] = str(out / SGLANG_DRAFT)
-    run["fix_keys"] = fix_keys(checkpoint, out / SGLANG_DRAFT, args.target)
+    run["fix_keys"] = fix_keys(checkpoint, out / SGLANG_DRAFT, args.target, args.sglang_version)
     (out / "speculators_run.json").write_text(json.dumps(run, indent=2))
-    drafts = {"sweep_job.json": out / SGLANG_DRAFT}
-    if args.eyas:  # eyas's epoch folders are in SGLang's layout already (docs/training.md, Run folder)
-        drafts["sweep_job_eyas.json"] = Path(run["eyas"]["selected"])
-    for name, draft in drafts.items() if args.work is not None else ():
-        spec = sweep_job(args.work.resolve(), draft, args.sweep_configs)
-        (out / name).write_text(json.dumps(spec, indent=2))
     print(json.dumps({key: run[key] for key in ("settings", "checkpoint")}, indent=2))
     print(f"SGLang-ready speculators draft: {out / 'sglang_draft'}", flush=True)
     return 0 if run["fix_keys"]["returncode"] == 0 else 1
@@ -373,18 +334,6 @@ def _same_draft_vocab(args: argparse.Namespace, view: Path) -> bool:
     ours = d2t_offsets(draft_token_ids(read_token_freq(args.extraction), args.draft_vocab_size, vocab))
     theirs = torch.from_numpy(np.load(view / f"d2t-{args.draft_vocab_size}.npy"))
     return bool(torch.equal(ours, theirs))
-
-
-def sweep_job(work: Path, draft: Path, configs: str | None) -> dict[str, Any]:
-    """real_model.py's benchmark sweep (its configs, prompts, budget, launch) for `draft`, as a job spec for
-    `eyas submit benchmark -f`, against the `eyas up` real_model.py started (allowed root: WORK)."""
-    from real_model import eval_prompts, parse_configs, pipeline_spec  # bench/gpu is sys.path[0] as a script
-
-    bench = pipeline_spec(work, eval_prompts(work), 0, 0)["benchmark"]
-    if configs:  # e.g. "3,1,4 5,1,6 7,1,8"
-        bench["configs"] = parse_configs(configs)
-    launch = {**bench["launch"], "model": str(work / "smollm2"), "draft": str(draft)}
-    return {"host": "h200", "params": {**bench, "mode": "sweep", "launch": launch}}
 
 
 OPTIONS: list[tuple[str, type, Any, str | None]] = [
@@ -417,11 +366,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--eager",
         action="store_true",
         help="speculators without torch.compile, with SDPA attention and its eager loss (what it runs on a "
-        "CPU): alone on the H200 its compile had not finished the first graph after 3.7 min (run 5)",
+        "CPU): on a GPU its compile of the first step can take minutes",
     )
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--work", type=Path, help="real_model.py's WORK: also write OUT/sweep_job*.json")
-    parser.add_argument("--sweep-configs", help='"steps,topk,draft_tokens ..." (default: real_model.py\'s)')
+    parser.add_argument("--sglang-version", help="the SGLang release fix-keys checks the draft against")
     args = parser.parse_args(ours)
     args.speculators_args = extra
     if args.device == "cpu":

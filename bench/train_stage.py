@@ -1,10 +1,11 @@
 """The train stage itself on a GPU (prints JSON): what a user's job gets, eager and with torch.compile (the
 stage's default on cuda), from the stage's own train/tokens_per_s metric.
 
-A random 1.3B Llama target (hidden 2048, 16 layers, vocab 32,000; bench/gpu/oom_paths.py), 96 conversations
-of ~2,000 tokens extracted by the extract stage, then `--steps` optimizer steps of batch 2 per variant.
+A random 1.3B Llama target (hidden 2048, 16 layers, vocab 32,000; testsupport/random_llama.py), 96
+conversations of ~2,000 tokens extracted by the extract stage, then `--steps` optimizer steps of batch 2 per
+variant.
 
-    python bench/gpu/train_stage.py [--dir /tmp/stage] [--steps 40]
+    python -m bench.train_stage [--dir /tmp/stage] [--steps 40]
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,14 +20,11 @@ from typing import Any
 import torch
 
 from bench import _cli as cli
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.gpu.oom_paths import conversations, make_target
 from contract.params.extract import ExtractParams
 from contract.params.train import TrainParams
 from drafting.stages import extract, train
 from drafting.stages.base import RecordingSink, StageContext
+from testsupport.random_llama import LLAMA_1_5B_VOCAB_32K, long_conversations, save_random_llama
 
 
 def run_train(root: Path, target: Path, steps: int, compiled: bool) -> dict[str, Any]:
@@ -58,8 +55,8 @@ def main() -> None:
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    target = make_target(root / "target")
-    data = conversations(root / "chats.jsonl", 96, 1000)
+    target = save_random_llama(root / "target", LLAMA_1_5B_VOCAB_32K)
+    data = long_conversations(root / "chats.jsonl", 96, 1000)
     ctx = StageContext(work_dir=root, sink=RecordingSink())
     extract.run(ctx, ExtractParams(target=str(target), data=str(data), output=str(root / "hs"), max_len=2048))
     runs = []

@@ -1,20 +1,18 @@
-"""The GPU gate on a real GPU host (prints JSON): the gpu_check stage on an idle GPU, then with a process
-holding 2 GiB on it (dirty: its pid and memory are named), then after that process is gone (clean again).
-
-    python bench/gpu/gpu_check_run.py
-"""
+"""The GPU gate on a real GPU: the gpu_check stage on GPU 0 while idle (clean), while another process holds
+2 GiB on it (GPU_NOT_CLEAN, naming that process's pid and its memory), and once that process is gone (clean
+again). NVML reads here; only the holder makes a CUDA context."""
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import pytest
 
 from contract.params.gpu_check import GpuCheckParams
+from contract.reasons import TerminationReason
 from drafting import proc
 from drafting.hostinfo import gate
 from drafting.stages import gpu_check
@@ -22,34 +20,39 @@ from drafting.stages.base import RecordingSink, StageContext, StageError
 
 HOLD = (
     "import torch, time; x = torch.empty(2 * 2**30, dtype=torch.uint8, device='cuda');"
-    "print('held', flush=True); time.sleep(120)"
+    "print('held', flush=True); time.sleep(300)"
 )
+SETTLE_S = 60.0  # a holder's CUDA start, or the driver freeing an ended process's memory
 
 
-def run_stage() -> dict[str, object]:
-    ctx = StageContext(work_dir=Path(tempfile.mkdtemp()), sink=RecordingSink())
+def run_stage(work: Path) -> dict[str, Any]:
+    ctx = StageContext(work_dir=work, sink=RecordingSink())
+    return gpu_check.run(ctx, GpuCheckParams(gpus=[0]))
+
+
+def wait_for(clean: bool) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while gate.check([0]).clean != clean:
+        if time.monotonic() > deadline:
+            pytest.fail(f"GPU 0 not {'clean' if clean else 'held'} after {SETTLE_S:.0f} s: {gate.check([0])}")
+        time.sleep(0.5)
+
+
+def test_the_gate_names_the_process_holding_the_gpu_and_clears_once_it_ends(tmp_path: Path) -> None:
+    idle = run_stage(tmp_path)
+    assert idle["verdict"] == "clean", idle["problems"]
+    assert idle["gpus"][0]["processes"] == []
+    holder = proc.spawn([sys.executable, "-c", HOLD], output=tmp_path / "holder.log")
     try:
-        return {"outcome": "succeeded", **gpu_check.run(ctx, GpuCheckParams())}
-    except StageError as exc:
-        return {"outcome": "failed", "reason": str(exc.reason), "message": exc.message}
-
-
-def main() -> None:
-    out: dict[str, object] = {"idle": run_stage()}
-    holder = proc.spawn([sys.executable, "-c", HOLD])
-    try:
-        deadline = time.monotonic() + 60
-        verdict = gate.check([0])
-        while verdict.clean and time.monotonic() < deadline:
-            time.sleep(0.5)
-            verdict = gate.check([0])
-        out["held_by_another_process"] = {"holder_pid": holder.pid, **run_stage()}
+        wait_for(clean=False)
+        with pytest.raises(StageError) as held:
+            run_stage(tmp_path)
     finally:
         proc.terminate_group(holder.pid, grace_s=5, popen=holder)
-    time.sleep(2)
-    out["after_holder_ended"] = run_stage()
-    print(json.dumps(out, indent=2, default=str))
-
-
-if __name__ == "__main__":
-    main()
+    assert held.value.reason == TerminationReason.GPU_NOT_CLEAN
+    assert f"held by pid {holder.pid}" in held.value.message
+    assert "MiB" in held.value.message
+    assert held.value.details["verdict"] == "dirty"
+    wait_for(clean=True)
+    after = run_stage(tmp_path)
+    assert after["verdict"] == "clean", after["problems"]

@@ -1,4 +1,4 @@
-"""bench/gpu/speculators_side_by_side.py on CPU (issue 15): speculators 0.9.0's own trainer
+"""bench.speculators_side_by_side on CPU: speculators 0.9.0's own trainer
 (`main(TrainConfig)`) on an eyas extraction, with eyas's validation rows held out, then `eyas fix-keys`.
 
 What runs here is speculators' real code: its config resolution, vocab mapping, draft construction, loaders,
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from app.pipelines.schemas import Eagle3PipelineCreate
+from bench import speculators_side_by_side as driver
 from contract.params.extract import ExtractParams
-from contract.params.generate import GenerateParams
 from drafting.ml._dataset import read_dataset_rows
 from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
@@ -32,9 +30,6 @@ from drafting.stages import extract
 from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.speculators_offline import offline_loaders
 from tests.ml.tiny import chat, random_target, write_jsonl
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
-import speculators_side_by_side as driver
 
 HIDDEN = 32  # tests.ml.tiny's target
 SAMPLES = 16
@@ -236,87 +231,9 @@ def run_aux(hs: Path) -> list[int]:
     return list(manifest["aux_layers"])
 
 
-def test_the_sweep_spec_is_real_models_benchmark_for_the_given_draft(tmp_path: Path) -> None:
-    from real_model import CONFIGS, pipeline_spec  # bench/gpu is on sys.path (above)
-
-    from contract.params.benchmark import BenchmarkParams
-
-    draft = tmp_path / "sbs" / "sglang_draft"
-    spec = driver.sweep_job(tmp_path, draft, None)
-    params = BenchmarkParams.model_validate(spec["params"])  # what POST /v1/jobs validates
-    bench = pipeline_spec(tmp_path, tmp_path / "mtbench.jsonl", 0, 0)["benchmark"]
-    assert spec["host"] == "h200"
-    assert params.mode == "sweep"
-    assert params.launch is not None
-    assert (params.launch.model, params.launch.draft) == (str(tmp_path / "smollm2"), str(draft))
-    assert spec["params"]["launch"] == {
-        **bench["launch"],
-        "model": str(tmp_path / "smollm2"),
-        "draft": str(draft),
-    }
-    assert [c.model_dump() for c in params.sweep_configs()] == CONFIGS
-    assert (params.prompts, params.max_prompts, params.max_new_tokens, params.repeats) == (
-        str(tmp_path / "mtbench.jsonl"),
-        bench["max_prompts"],
-        bench["max_new_tokens"],
-        bench["repeats"],
-    )
-    chains = driver.sweep_job(tmp_path, draft, "3,1,4 5,1,6 7,1,8")["params"]
-    assert [c.label for c in BenchmarkParams.model_validate(chains).sweep_configs()] == [
-        "3,1,4",
-        "5,1,6",
-        "7,1,8",
-    ]
-    # with MT-Bench split (`start --held-out`), eval and the sweep ask the eval part: the sweep spec follows
-    (tmp_path / "mtbench_eval.jsonl").write_text("")
-    split = driver.sweep_job(tmp_path, draft, None)["params"]
-    assert split["prompts"] == str(tmp_path / "mtbench_eval.jsonl")
-
-
-def test_the_journey_spec_can_leave_eval_out_and_take_its_own_sweep(tmp_path: Path) -> None:
-    from real_model import CONFIGS, parse_configs, pipeline_spec
-
-    spec = pipeline_spec(tmp_path, tmp_path / "q.jsonl", 10, 2, lr=1e-3, eval_step=False,
-                         configs=parse_configs("3,1,4 5,1,6"), repeats=2)  # fmt: skip
-    assert spec["eval"] is None  # null skips the step; left out, the pipeline would run eval's defaults
-    assert spec["train"]["lr"] == 1e-3
-    assert spec["benchmark"]["configs"] == [
-        {"steps": 3, "topk": 1, "draft_tokens": 4},
-        {"steps": 5, "topk": 1, "draft_tokens": 6},
-    ]
-    assert spec["benchmark"]["repeats"] == 2
-    default = pipeline_spec(tmp_path, tmp_path / "q.jsonl", 10, 2)
-    assert default["eval"]["prompts"] == str(tmp_path / "q.jsonl")
-    assert (default["benchmark"]["configs"], default["train"]["lr"]) == (CONFIGS, 1e-3)
-    with pytest.raises(ValueError, match="zip"):  # a config is three numbers
-        parse_configs("3,1")
-    assert "openers" not in default["generate"]["self_prompts"]
-    opened = pipeline_spec(tmp_path, tmp_path / "q.jsonl", 10, 2, openers="tasks")
-    created = Eagle3PipelineCreate(**opened)  # what POST /v1/pipelines validates
-    assert (
-        GenerateParams.model_validate(
-            {**created.generate, "target": "/t", "output": "/o.jsonl"}
-        ).self_prompts.openers
-        == "tasks"
-    )  # type: ignore[union-attr]
-
-
-def test_the_best_recipe_is_the_finished_one_with_the_highest_estimate() -> None:
-    from recipe_sweep import best_recipe
-
-    variants = {
-        "a": {"returncode": 0, "best": {"accept_len": 1.6, "checkpoint": "a/epoch_3"}},
-        "b": {"returncode": 0, "best": {"accept_len": 1.8, "checkpoint": "b/epoch_9"}},
-        "stopped": {"returncode": -15, "partial": True, "epochs": []},  # higher epochs never finished
-        "failed": {"returncode": 1},
-    }
-    assert best_recipe(variants) == ("b", variants["b"]["best"])
-    assert best_recipe({"failed": {"returncode": 1}}) == (None, None)
-
-
 def test_a_stalled_loader_dumps_every_threads_stack(capfd: pytest.CaptureFixture[str]) -> None:
-    """On the H200 speculators' trainer once logged no step for 6 minutes and nothing said where it waited:
-    the driver's loader re-arms a stack dump with every batch, so a stall longer than `stall_s` is logged."""
+    """speculators' trainer can log no step for minutes with nothing saying where it waits: the driver's
+    loader re-arms a stack dump with every batch, so a stall longer than `stall_s` is logged."""
 
     def slow_batches() -> Any:
         yield {"document_ids": torch.tensor([[0, 0, -1]])}

@@ -1,4 +1,4 @@
-"""bench/gpu/specforge_side_by_side.py: an eyas extraction converted to SpecForge 0.2.0's offline layout,
+"""bench.specforge_side_by_side: an eyas extraction converted to SpecForge 0.2.0's offline layout,
 trained by SpecForge's own trainer (its CLI, its data reader, its model), exported to SGLang's layout and
 passed by `eyas fix-keys` (issue 15). On this CPU machine SpecForge's one CUDA-only piece, its Triton loss
 kernel, runs as the reference SpecForge ships beside it; everything else is SpecForge's installed code."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
-
-import specforge_side_by_side as side
-
+from bench import specforge_side_by_side as side
 from contract.params.extract import ExtractParams
 from drafting.ml._dataset import read_dataset_rows, read_token_freq
 from drafting.ml.hidden_store import read_manifest
@@ -116,27 +112,26 @@ def test_specforges_trainer_trains_on_the_conversion_and_its_export_passes_fix_k
     assert written["prepared"]["converted"]["val_rows"] == 2
 
 
-def test_the_gpu_phase_hands_specforge_the_pipelines_schedule(tmp_path: Path) -> None:
-    """real_model.py's `specforge` phase: the command it starts parses, with the pipeline's train settings."""
-    from side_by_side_phases import trainer_command
-
-    train = {"data": "/w/runs/p/hidden_states", "epochs": 10, "ttt_steps": 7, "lr": 1e-3, "batch_size": 32,
-             "max_len": 1024, "step_decay": 0.8, "warmup_ratio": 0.015, "draft_vocab_size": 32000,
-             "val_fraction": 0.05, "seed": 0}  # fmt: skip
-    command = trainer_command("specforge", train, tmp_path, eager=True)
-    assert command[1].endswith("bench/gpu/specforge_side_by_side.py")
-    args = side.parse(command[2:])
-    assert (args.extraction, args.target, args.work) == (
-        Path(train["data"]),
-        tmp_path / "smollm2",
-        tmp_path / "sf",
-    )
+def test_flex_attention_on_a_gpu_unless_asked_and_sdpa_on_a_cpu(tmp_path: Path) -> None:
+    head = ["/w/extraction", "/w/target", str(tmp_path)]
+    schedule = [
+        "--epochs",
+        "10",
+        "--ttt-steps",
+        "7",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "32",
+        "--max-len",
+        "1024",
+    ]
+    args = side.parse([*head, *schedule])
     assert (args.epochs, args.ttt_steps, args.lr, args.batch_size, args.max_len) == (10, 7, 1e-3, 32, 1024)
-    assert (args.draft_vocab_size, args.val_fraction, args.seed) == (32000, 0.05, 0)
-    assert (
-        side.run_config(args, tmp_path, "lm_head.weight")["training"]["attention_backend"] == "flex_attention"
-    )
-    sdpa = side.parse([*command[2:], "--attention-backend", "sdpa"])  # if flex attention is slow there
+    config = side.run_config(args, tmp_path, "lm_head.weight")
+    assert config["training"]["attention_backend"] == "flex_attention"
+    assert (config["training"]["num_epochs"], config["training"]["ttt_length"]) == (10, 7)
+    sdpa = side.parse([*head, *schedule, "--attention-backend", "sdpa"])  # where flex attention is slow
     assert side.run_config(sdpa, tmp_path, "lm_head.weight")["training"]["attention_backend"] == "sdpa"
-    assert args.sweep_work == tmp_path
-    assert args.device == "cuda"
+    on_cpu = side.parse([*head, "--device", "cpu"])
+    assert side.run_config(on_cpu, tmp_path, "lm_head.weight")["training"]["attention_backend"] == "sdpa"

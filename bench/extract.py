@@ -7,9 +7,8 @@ Default shape: a ~1.5B random-init Llama (hidden 2048, 16 layers, intermediate 8
 * disk, as the writer uses it (the yardstick each run is judged against): before each engine run, the same
   bytes written the way that run's writer writes them: one file per sample of the sample's size, as many
   threads, each file written to a temporary name, flushed (`fdatasync`, durable runs) and renamed into
-  place, then a final sync. On an H200 host the old yardstick (large 64 MB files, one sync at the end)
-  undercounted: it measured 1.24 GB/s while the durable writer then wrote 1.64 GB/s. The
-  old sequential figure is still printed (`disk_sequential_gb_s`), for reference only;
+  place, then a final sync. Large files with one sync at the end are another pattern, whose figure can
+  miss the writer's either way; it is still printed (`disk_sequential_gb_s`), for reference only;
 * extract: the real engine (`extract_batches`: capture hooks, pinned side-stream copy, `AsyncWriter`
   threads), including the final sync, so the bytes are on disk when the clock stops. One run per
   `--variants` entry, `durable:N` (N writer threads, each file flushed before its rename: the stage's

@@ -1,6 +1,6 @@
 """bench.specforge_side_by_side: an eyas extraction converted to SpecForge 0.2.0's offline layout,
 trained by SpecForge's own trainer (its CLI, its data reader, its model), exported to SGLang's layout and
-passed by `eyas fix-keys` (issue 15). On this CPU machine SpecForge's one CUDA-only piece, its Triton loss
+passed by `eyas fix-keys`. On this CPU machine SpecForge's one CUDA-only piece, its Triton loss
 kernel, runs as the reference SpecForge ships beside it; everything else is SpecForge's installed code."""
 
 from __future__ import annotations

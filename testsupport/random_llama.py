@@ -31,7 +31,8 @@ def save_random_llama(folder: Path, shape: dict[str, Any], *, seed: int = 0) -> 
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    LlamaForCausalLM(LlamaConfig(**shape)).to(torch.bfloat16).save_pretrained(folder)
+    model = LlamaForCausalLM(LlamaConfig(**shape))
+    model.bfloat16().save_pretrained(folder)
     build_tokenizer().save_pretrained(folder)
     return folder
 

@@ -103,7 +103,7 @@ def fit_drafter(
     for step in range(steps):
         batch, features, input_ids = batches[step % len(batches)]
         outputs = drafter.forward_ttt(input_ids, features, ttt)
-        loss = sum(_step_loss(drafter, hidden, batch, k) for k, hidden in enumerate(outputs)) / ttt
+        loss = torch.stack([_step_loss(drafter, hidden, batch, k) for k, hidden in enumerate(outputs)]).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -15,7 +15,7 @@ job; `eyas compare A B` then pairs the two benchmark tables prompt by prompt.
 Without `--url` each command starts `eyas up` for its own length (data in WORK/data, the host named
 `--host`, WORK the root jobs may use; a second command finds the first's pipelines there).
 
-    python -m bench.journey run WORK OUT --prompts MTBENCH.jsonl [--target DIR | --gguf FILE]
+    python -m bench.journey run WORK OUT [--prompts MTBENCH.jsonl] [--target DIR | --gguf FILE]
         [--held-out 72] [--conversations 16000] [--epochs 10] [--lr 1e-3] [--openers tasks|none]
         [--configs "3,1,4 5,1,6 7,1,8"] [--repeats 3] [--eval] [--no-serve-held-out]
         [--set SECTION.KEY=JSON ...] [--data CONVERSATIONS.jsonl [--held-out-conversations FILE]]
@@ -47,6 +47,7 @@ from bench._journey_api import (
 )
 from cli.pipelines import param_changes
 from contract.stages import STAGES
+from drafting.prompting.named import resolve_source
 from drafting.prompting.split import split_prompt_file
 from drafting.realmodels import build_target
 from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
@@ -140,12 +141,13 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     target = args.target.resolve() if args.target is not None else work / "target"
+    source = resolve_source(args.prompts)  # a named set's installed file, or the path given
     held_out = None
     if args.held_out:
-        prompts, held_out = split_mtbench(args.prompts, work, args.held_out)
+        prompts, held_out = split_mtbench(source, work, args.held_out)
     else:
         prompts = work / "mtbench.jsonl"
-        shutil.copyfile(args.prompts, prompts)
+        shutil.copyfile(source, prompts)
     spec = pipeline_spec(args, target, prompts, held_out)
     if args.target is None:
         build_target(BUILT, target, gguf=args.gguf)
@@ -216,7 +218,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     target = started.add_mutually_exclusive_group()
     target.add_argument("--target", type=Path, help=f"the target's HF folder (default: {BUILT}, built)")
     target.add_argument("--gguf", type=Path, help=f"build {BUILT} into WORK/target from this GGUF file")
-    started.add_argument("--prompts", type=Path, required=True, help="MT-Bench's question.jsonl")
+    started.add_argument(
+        "--prompts", default="mtbench", help="MT-Bench's question file, or a named set (default: mtbench)"
+    )
     started.add_argument("--held-out", type=int, default=72, help="MT-Bench questions held out (0: none)")
     started.add_argument("--conversations", type=int, default=16000, help="self-prompted conversations")
     started.add_argument("--epochs", type=int, default=10)

@@ -13,7 +13,6 @@ built and the acceptance the fitted draft reaches offline (torch, greedy, depth 
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import torch
 from drafting.ml.demo_assets import successor_target
 from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
 from drafting.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
+from tests._drafts import speculators_model
 from testsupport.tiny_pair import fit_drafter
 
 HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, LAYERS = 256, 4, 2, 512, 8
@@ -55,12 +55,7 @@ def save_as_speculators(
     drafter: Eagle3Drafter, target: torch.nn.Module, config: dict[str, Any], folder: Path
 ) -> None:
     """The fitted tensors in speculators' own Eagle3DraftModel, saved by its save_pretrained in bf16."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from speculators.config import SpeculatorsConfig, VerifierConfig
-        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-        from speculators.proposals.greedy import GreedyTokenProposalConfig
-        from transformers import LlamaConfig
+    from transformers import LlamaConfig
 
     layer = LlamaConfig(
         hidden_size=HIDDEN,
@@ -73,19 +68,10 @@ def save_as_speculators(
         rms_norm_eps=float(config["rms_norm_eps"]),
         rope_parameters=config.get("rope_parameters"),
     )
-    spec_config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer,
-        draft_vocab_size=int(config["vocab_size"]),
-        norm_before_residual=False,  # SGLang's layer: the residual is the un-normed hidden state
-        eagle_aux_hidden_state_layer_ids=default_aux_layers(LAYERS),  # HF indices, speculators' convention
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-        ),
+    # HF aux layer indices are speculators' convention; SGLang's layer keeps the un-normed residual
+    model = speculators_model(
+        layer, int(config["vocab_size"]), default_aux_layers(LAYERS), norm_before_residual=False
     )
-    model = Eagle3DraftModel(spec_config)
     ours = drafter.state_dict()
     state = {name.replace("midlayer.", "layers.0."): value for name, value in ours.items() if name != "d2t"}
     state["verifier_lm_head.weight"] = target.lm_head.weight.detach()

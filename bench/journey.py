@@ -119,14 +119,17 @@ def on_conversations(spec: dict[str, Any], training: Path, held_out: Path | None
 
 
 def with_settings(spec: dict[str, Any], changes: list[str]) -> dict[str, Any]:
-    """The spec with `--set SECTION.KEY=JSON` changes (e.g. train.norm_output=false), each into an existing
-    section and, for a stage's section, a field of its params: a misspelt name fails here, before any GPU
+    """The spec with `--set SECTION.KEY=JSON` changes (e.g. train.norm_output=false, or
+    fix_keys.sglang_version="0.5.23"), each into a section of the spec or a step it leaves at its defaults,
+    and for a step a field of its params: a misspelt name fails here, before any GPU
     time, not as a 422 after the target is built."""
     changed = dict(spec)
     for section, values in param_changes(changes).items():
+        stage = STAGES.get(section)
+        if stage is not None and section not in changed:  # a step the spec leaves at its defaults
+            changed[section] = {}
         if not isinstance(changed.get(section), dict):
             raise SystemExit(f"--set {section}.*: the pipeline has no {section!r} section to change")
-        stage = STAGES.get(section)
         unknown = sorted(set(values) - set(stage.params.model_fields)) if stage else []
         if unknown:
             raise SystemExit(f"--set {section}.{unknown[0]}: {section} has no such param")

@@ -138,6 +138,10 @@ def test_a_recipe_without_serve_held_out_plans_as_the_api_validates_it(tmp_path:
     assert (parsed.norm_output, parsed.train_lm_head) == (False, True)
     assert train["held_out_data"] == steps["extract_held_out"].params["output"]
     assert train["lr"] == 1e-3  # the rest of the section is kept
+    pinned = spec_of(tmp_path / "v", "--set", 'fix_keys.sglang_version="0.5.23"')  # a step left at defaults
+    assert plan(pinned, tmp_path)["fix_keys"].params["sglang_version"] == "0.5.23"
+    with pytest.raises(SystemExit, match="no 'eval' section"):  # null: the step is off (--eval adds it)
+        spec_of(tmp_path / "e", "--set", "eval.depths=[3]")
     with pytest.raises(SystemExit, match="no 'trian' section"):
         spec_of(tmp_path / "x", "--set", "trian.norm_output=true")
     with pytest.raises(SystemExit, match="train.norm_ouput: train has no such param"):

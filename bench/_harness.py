@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -19,17 +18,17 @@ from pathlib import Path
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.core.security import Scope
+from app.hosts import service as hosts
+from app.tokens import service as tokens
+from cli.local import db_upgrade
+from drafting import proc
+from drafting.serving.bench_stats import percentile
+from drafting.serving.host_checks import free_port
 
-from app.core.config import Settings  # noqa: E402
-from app.core.db import session_scope  # noqa: E402
-from app.core.security import Scope  # noqa: E402
-from app.hosts import service as hosts  # noqa: E402
-from app.tokens import service as tokens  # noqa: E402
-from cli.local import db_upgrade  # noqa: E402
-from drafting import proc  # noqa: E402
-from drafting.serving.bench_stats import percentile  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -48,12 +47,6 @@ def summary_ms(values_s: list[float]) -> dict[str, float]:
 
 def _rounded(value: float | None) -> float:
     return round(value, 2) if value is not None else float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

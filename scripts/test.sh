@@ -11,7 +11,7 @@ command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=nonint
 command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } || true
 .venv/bin/ruff format --check .
 .venv/bin/ruff check .
-.venv/bin/mypy app contract drafting workers cli
+.venv/bin/mypy app contract drafting workers cli testsupport
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

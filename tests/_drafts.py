@@ -59,11 +59,9 @@ def fill_finite(model: torch.nn.Module) -> None:
             param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
 
 
-def write_speculators_draft(folder: Path, shape: DraftShape, dtype: torch.dtype = torch.float32) -> Path:
-    """An Eagle3DraftModel in `dtype`, saved into folder by speculators' save_pretrained.
-
-    The aux layer ids are in speculators' convention; the dtype lands where speculators puts it, at the
-    top level of its config (transformer_layer_config carries none)."""
+def speculators_model(layer: Any, draft_vocab: int, aux_layer_ids: list[int], **options: Any) -> Any:
+    """speculators' own Eagle3DraftModel of one `layer` (a LlamaConfig), greedy proposals of 3 tokens, a
+    Llama verifier; `options` go to Eagle3SpeculatorConfig (e.g. norm_before_residual)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from speculators.config import SpeculatorsConfig, VerifierConfig
@@ -71,17 +69,26 @@ def write_speculators_draft(folder: Path, shape: DraftShape, dtype: torch.dtype 
         from speculators.proposals.greedy import GreedyTokenProposalConfig
 
     config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer_config(shape),
-        draft_vocab_size=shape.draft_vocab,
-        eagle_aux_hidden_state_layer_ids=[1, 4, 6],
+        transformer_layer_config=layer,
+        draft_vocab_size=draft_vocab,
+        eagle_aux_hidden_state_layer_ids=aux_layer_ids,
         speculators_config=SpeculatorsConfig(
             algorithm="eagle3",
             proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
             default_proposal_method="greedy",
             verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
         ),
+        **options,
     )
-    model = Eagle3DraftModel(config)
+    return Eagle3DraftModel(config)
+
+
+def write_speculators_draft(folder: Path, shape: DraftShape, dtype: torch.dtype = torch.float32) -> Path:
+    """An Eagle3DraftModel in `dtype`, saved into folder by speculators' save_pretrained.
+
+    The aux layer ids are in speculators' convention; the dtype lands where speculators puts it, at the
+    top level of its config (transformer_layer_config carries none)."""
+    model = speculators_model(layer_config(shape), shape.draft_vocab, [1, 4, 6])
     fill_finite(model)
     d2t, t2d = vocab_map(shape)
     model.load_vocab_mappings(t2d, d2t)

@@ -15,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "contract", "drafting", "workers", "cli")
+# Beside the product: the benchmarks a user runs, and what they share with the tests.
+SUPPORT = ("bench", "testsupport")
 DOMAINS = (
     "jobs",
     "pipelines",
@@ -105,6 +107,20 @@ def rule_runtime_reaches_app_through_services(importer: str, imported: str) -> s
     return None
 
 
+def rule_product_stands_alone(importer: str, imported: str) -> str | None:
+    if _is(importer, *PACKAGES) and _is(imported, "bench", "testsupport", "tests"):
+        return "the product never imports the benchmarks, the test support or the tests"
+    return None
+
+
+def rule_benchmarks_never_import_tests(importer: str, imported: str) -> str | None:
+    if _is(importer, *SUPPORT) and _is(imported, "tests"):
+        return "a benchmark (or the test support) imports the product and testsupport, never tests/"
+    if _is(importer, "testsupport") and _is(imported, "bench"):
+        return "the test support is below the benchmarks; it imports none"
+    return None
+
+
 RULES: tuple[Callable[[str, str], str | None], ...] = (
     rule_contract_is_pure,
     rule_library_stands_apart,
@@ -112,6 +128,8 @@ RULES: tuple[Callable[[str, str], str | None], ...] = (
     rule_routers_are_thin,
     rule_core_knows_no_domain,
     rule_runtime_reaches_app_through_services,
+    rule_product_stands_alone,
+    rule_benchmarks_never_import_tests,
 )
 
 
@@ -131,7 +149,9 @@ def python_files(*folders: str) -> list[Path]:
 
 def test_every_import_keeps_the_house_rules() -> None:
     found = [
-        line for path in python_files(*PACKAGES) for line in violations(path.read_text(), module_name(path))
+        line
+        for path in python_files(*PACKAGES, *SUPPORT)
+        for line in violations(path.read_text(), module_name(path))
     ]
     assert not found, "\n".join(found)
 
@@ -151,6 +171,12 @@ def test_every_import_keeps_the_house_rules() -> None:
         ("app.core.deps", "from app.tokens import service"),
         ("workers.logship", "from app.logs import repository"),
         ("app.jobs.router", "from ..jobs import repository"),  # relative imports are resolved too
+        ("bench.sweep_cpu", "from tests.serving.tiny import make_pair"),
+        ("bench.load", "import tests.reliability._stack"),
+        ("testsupport.tiny_pair", "from tests.ml.tiny import chat"),
+        ("testsupport.random_llama", "from bench.extract import FULL"),
+        ("drafting.stages.train", "from testsupport.tiny_pair import fit_drafter"),
+        ("workers.runner", "import bench.journey"),
     ],
 )
 def test_a_bad_import_is_caught(importer: str, source: str) -> None:
@@ -164,6 +190,16 @@ def test_good_imports_pass() -> None:
     assert not violations("from app.jobs import service", "app.jobs.router")
     assert not violations("from app.jobs import service as jobs", "workers.runner")
     assert not violations("from pydantic import BaseModel", "contract.params.common")
+    assert not violations("from testsupport.tiny_pair import make_pair\nimport torch", "bench.sweep_cpu")
+    assert not violations("from app.core.config import Settings", "bench._harness")
+    assert not violations("from drafting.ml.demo_assets import chat", "testsupport.random_llama")
+
+
+def test_benchmarks_run_as_modules_without_editing_the_import_path() -> None:
+    """`python -m bench.NAME` from the repository root imports the product as installed or checked out: a
+    benchmark that edits sys.path would import whatever that path finds."""
+    edits = [p for p in python_files(*SUPPORT) if "sys.path" in p.read_text()]
+    assert not edits, edits
 
 
 def test_services_never_commit() -> None:
@@ -180,5 +216,5 @@ def test_os_environ_is_read_only_in_settings() -> None:
 
 
 def test_no_module_is_past_400_lines() -> None:
-    for path in python_files(*PACKAGES):
+    for path in python_files(*PACKAGES, *SUPPORT):
         assert len(path.read_text().splitlines()) <= 420, path

@@ -106,7 +106,7 @@ async def _drive(
 
     async def worker() -> None:
         # One client (one connection) per worker: httpcore's shared pool rescans every connection on each
-        # request, which measured 10x slower at concurrency 64 (bench/bench_client.py).
+        # request, which measured 10x slower at concurrency 64 (python -m bench.client).
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
         async with httpx.AsyncClient(timeout=options.timeout_s, limits=limits, verify=tls) as client:
             while not pending.empty():

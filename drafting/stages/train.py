@@ -55,9 +55,9 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # compiled once as a static graph (trainer.py says why not dynamic shapes), no partial blocks.
 CUDA_PAD_MULTIPLE = 128
 # Static graphs compile once per padded length (trainer.py), so the stage asks this many steps per compile.
-# On an H200 (bench/gpu/compile_check.py, SmolLM2's shape, beside a generate server): ~24 s a counted compile,
+# On an H200 (the compiled train stage at SmolLM2's shape, beside a generate server): ~24 s a counted compile,
 # and the compiled step took 0.66 of the eager one; at a real SmolLM2 step (0.099 s, batch 32) that pays
-# back from ~720 steps a compile, or ~1,200 if the saving is the 20 % of the 8B-shaped bench_train
+# back from ~720 steps a compile, or ~1,200 if the saving is the 20 % of the 8B-shaped bench.train_step
 # (docs/design/compile-threshold.md).
 COMPILE_MIN_STEPS = 1200
 # Params that define the run: resuming with any of them changed cannot continue it exactly.

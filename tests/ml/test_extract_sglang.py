@@ -2,7 +2,7 @@
 host check and its refusal from the stage process, the packing, the final-norm capture, the capture-point
 guard, and the writing path producing the HF backend's layout.
 
-SGLang's model classes themselves need CUDA and SGLang's kernels (bench/bench_capture.py runs them against
+SGLang's model classes themselves need CUDA and SGLang's kernels (bench/capture.py runs them against
 the HF backend on a GPU host)."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from drafting.ml.target_head import TargetHead, load_target_head
 from drafting.ml.train_data import Batch
 from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer
 from drafting.serving.decoding import DecodeLimits, speculative_decode
-from tests.serving.serving_tiny_models import make_pair
+from testsupport.tiny_pair import make_pair
 
 
 def _row(chains: list[int], counted: list[int], before: list[int], depth: int) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """The "accepted means kept" scenario: steady submissions while Redis, PostgreSQL, the API and a worker fail.
 
-Used by tests/reliability/test_accepted_means_kept.py (assertions) and bench/bench_load.py (figures).
+Used by tests/reliability/test_accepted_means_kept.py, which asserts on it and reports its figures.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from drafting.stages.base import RecordingSink, StageContext
 from tests._torch_threads import one_torch_thread  # noqa: F401 - an autouse fixture for this folder
-from tests.serving.serving_tiny_models import TinyPair, make_pair
+from testsupport.tiny_pair import TinyPair, make_pair
 
 STANDIN_DIR = Path(__file__).parent / "standin"
 

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from drafting.ml.drafter import Eagle3Drafter, aux_hidden_states, load_drafter
 from drafting.serving import decoding
 from drafting.serving.decoding import DecodeLimits, speculative_decode
-from tests.serving.serving_tiny_models import make_pair
+from testsupport.tiny_pair import make_pair
 
 
 def _full_recompute(drafter, kv, context, features, pending, depth):  # type: ignore[no-untyped-def]

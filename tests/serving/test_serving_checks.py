@@ -16,7 +16,7 @@ from drafting.serving.host_checks import check_shm, stale_shm_segments
 from drafting.serving.render import HostFacts
 from drafting.serving.tensor_parallel import check_tp_size, tp_fits, valid_tp_sizes
 from tests.conftest import free_port
-from tests.serving.serving_tiny_models import TinyPair, make_pair
+from testsupport.tiny_pair import TinyPair, make_pair
 
 GPU_HOST = HostFacts(python="/usr/bin/python3", sglang_version="0.5.14", gpu_count=1, on_host=True)
 

@@ -29,7 +29,7 @@ from drafting.stages import launch as launch_stage
 from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, StageThread, start_stage
-from tests.serving.serving_tiny_models import TinyPair
+from testsupport.tiny_pair import TinyPair
 
 DEPTH = 4
 NEW_TOKENS = 40

@@ -17,7 +17,7 @@ from drafting.stages import launch as launch_stage
 from drafting.stages.base import StageCancelled, StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, start_stage
-from tests.serving.serving_tiny_models import TinyPair
+from testsupport.tiny_pair import TinyPair
 
 pytestmark = pytest.mark.usefixtures("standin_on_path")
 

@@ -19,7 +19,7 @@ from drafting.stages import benchmark as benchmark_stage
 from drafting.stages.base import StageError, stage_prompts
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
-from tests.serving.serving_tiny_models import TinyPair
+from testsupport.tiny_pair import TinyPair
 
 
 def test_sweep_keeps_the_baseline_up_and_pairs_each_request_at_each_concurrency(

@@ -16,7 +16,7 @@ from drafting.serving.models import load_models
 from drafting.stages import benchmark, evaluate
 from drafting.stages.base import StageContext, StageError
 from drafting.userfiles import UserFileError
-from tests.serving.serving_tiny_models import TinyPair
+from testsupport.tiny_pair import TinyPair
 
 
 @pytest.fixture

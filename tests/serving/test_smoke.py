@@ -27,7 +27,7 @@ from drafting.stages import benchmark as benchmark_stage
 from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
-from tests.serving.serving_tiny_models import fit_drafter
+from testsupport.tiny_pair import fit_drafter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -35,7 +35,7 @@ class ReleaseScan:
 
     hooks: dict[str, str | None]  # EntryClass name -> "module.Class" defining the capture hook, or None
     modules: dict[str, str]  # EntryClass name -> the module defining the class
-    module_digests: dict[str, str]  # module -> digest of its parsed source (formatting-blind)
+    module_digests: dict[str, str]  # module -> digest of its source bytes
     unreadable: tuple[str, ...] = ()  # modules that did not parse
 
 
@@ -73,9 +73,12 @@ def scan_release(models_dir: Path) -> ReleaseScan:
 
 
 def _read_module(path: Path) -> _Module:
+    source = path.read_bytes()
     # utf-8-sig: some model files start with a byte-order mark
-    tree = ast.parse(path.read_text(encoding="utf-8-sig"))
-    module = _Module(source_digest=hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16])
+    tree = ast.parse(source.decode("utf-8-sig"))
+    # The source's bytes, not its syntax tree: ast.dump differs between Python releases (3.12 adds
+    # type_params), and a table recorded on one Python must check on another.
+    module = _Module(source_digest=hashlib.sha256(source).hexdigest()[:16])
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             module.classes[node.name] = node

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -164,8 +165,18 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def report_stream() -> TextIO:
+    """stdout for the JSON report alone: the stages and their torchrun ranks log to fd 1, which now goes to
+    stderr, so `python -m bench.capture … > report.json` holds JSON only."""
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return stream
+
+
 def main() -> int:
     args = parse_args()
+    out = report_stream()
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -198,7 +209,7 @@ def main() -> int:
         report["hf"] = run_extract(root, "hf", {**common, "backend": "hf"}, (0,))
     except StageError as exc:
         report["error"] = {"reason": str(exc.reason), "message": exc.message}
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2), file=out, flush=True)
         return 2
     manifests = {name: read_manifest(root / name) or {} for name in ("hf", "sglang")}
     for key in ("aux_layers", "sglang_aux_layer_ids"):
@@ -219,7 +230,7 @@ def main() -> int:
         failures.append(f"aux layers differ: {report['aux_layers']}")
     report["ok"] = not failures
     report["failures"] = failures
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2), file=out, flush=True)
     if failures:
         print("MISMATCH between the SGLang and HF backends: " + "; ".join(failures), file=sys.stderr)
         return 1

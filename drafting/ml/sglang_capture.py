@@ -60,10 +60,7 @@ class SGLangTarget:
         self._runner = _model_runner(spec)
         model = self._runner.model
         if not callable(getattr(model, "set_eagle3_layers_to_capture", None)):
-            raise CaptureRefused(
-                f"SGLang {CAPTURE_RELEASE}'s {type(model).__name__} has no set_eagle3_layers_to_capture: "
-                "SGLang refuses to serve an EAGLE-3 draft for this target, so there is nothing to capture"
-            )
+            raise CaptureRefused(no_capture_hook(type(model).__name__, self._runner.model_config))
         model.set_eagle3_layers_to_capture(list(spec.sglang_aux_ids))
         text_model, points = _capturing_text_model(model)
         check_capture_points(type(model).__name__, points, spec.sglang_aux_ids, spec.aux_layers)
@@ -143,6 +140,24 @@ class SGLangTarget:
             enable_overlap=False,
             spec_algorithm=SpeculativeAlgorithm.NONE,
         )
+
+
+def no_capture_hook(class_name: str, model_config: Any) -> str:
+    """Why there is nothing to capture. SGLang serves an architecture whose own module failed to import (a
+    kernel package missing on the host: it logs "Ignore import error when loading sglang.srt.models.…") with
+    its transformers fallback class, which has no capture hook, though the release's sources have one."""
+    names = getattr(getattr(model_config, "hf_config", None), "architectures", None) or []
+    if class_name.startswith("Transformers") and names:
+        return (
+            f"SGLang {CAPTURE_RELEASE} loaded {names[0]} as its transformers fallback {class_name}, which "
+            "has no set_eagle3_layers_to_capture: SGLang's own module for it did not import on this host "
+            "(its log names the missing package after 'Ignore import error when loading "
+            "sglang.srt.models'); install that package, or extract with backend hf"
+        )
+    return (
+        f"SGLang {CAPTURE_RELEASE}'s {class_name} has no set_eagle3_layers_to_capture: SGLang refuses to "
+        "serve an EAGLE-3 draft for this target, so there is nothing to capture"
+    )
 
 
 class FinalNormInput:

@@ -73,12 +73,12 @@ def scan_release(models_dir: Path) -> ReleaseScan:
 
 
 def _read_module(path: Path) -> _Module:
-    source = path.read_bytes()
+    raw = path.read_bytes()
     # utf-8-sig: some model files start with a byte-order mark
-    tree = ast.parse(source.decode("utf-8-sig"))
+    tree = ast.parse(raw.decode("utf-8-sig"))
     # The source's bytes, not its syntax tree: ast.dump differs between Python releases (3.12 adds
     # type_params), and a table recorded on one Python must check on another.
-    module = _Module(source_digest=hashlib.sha256(source).hexdigest()[:16])
+    module = _Module(source_digest=hashlib.sha256(raw).hexdigest()[:16])
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             module.classes[node.name] = node

@@ -26,7 +26,7 @@ from drafting.ml.capture import capture_layers, decoder_of
 from drafting.ml.distributed import Ranks
 from drafting.ml.extraction import BatchOutOfMemory, PendingSample, pending_samples
 from drafting.ml.hidden_store import HIDDEN_DIR, hidden_path, is_complete, load_sample, read_header
-from drafting.ml.sglang_capture import CAPTURE_RELEASE, FinalNormInput, check_capture_points
+from drafting.ml.sglang_capture import CAPTURE_RELEASE, FinalNormInput, check_capture_points, no_capture_hook
 from drafting.ml.sglang_extraction import (
     BatchLimits,
     CaptureRefused,
@@ -353,3 +353,15 @@ def test_an_sglang_extraction_is_keyed_apart_from_an_hf_one(tmp_path: Path) -> N
     assert "backend" not in extract._fingerprint_inputs(hf, inputs)  # earlier hf extractions still resume
     sglang = ExtractParams(**values, backend="sglang")
     assert extract._fingerprint_inputs(sglang, inputs)["backend"] == "sglang"
+
+
+def test_a_transformers_fallback_class_is_named_as_a_module_that_did_not_import() -> None:
+    """SGLang serves an architecture whose own module failed to import (a host without flashinfer loads
+    DeepseekV3ForCausalLM so) with its transformers fallback class, which has no capture hook."""
+    config = type(
+        "ModelConfig", (), {"hf_config": type("HF", (), {"architectures": ["DeepseekV3ForCausalLM"]})}
+    )
+    said = no_capture_hook("TransformersMoEForCausalLM", config)
+    assert "loaded DeepseekV3ForCausalLM as its transformers fallback TransformersMoEForCausalLM" in said
+    assert "did not import on this host" in said
+    assert "SGLang refuses to serve" in no_capture_hook("MixtralForCausalLM", config)

@@ -3,8 +3,8 @@ SGLang backend stores against the HF backend's, value by value; the tokens/s of 
 throughput on the same model (`python -m sglang.bench_one_batch`, output length 1, the samples' mean input
 length and the extraction's batch size) as the yardstick.
 
-    python -m bench.capture --target /models/SmolLM2-135M-Instruct [--data chats.jsonl] [--samples 256]
-        [--max-len 2048] [--batch-size 8] [--dtype bfloat16] [--tp-size 1] [--attention-backend triton]
+    python -m bench.capture (--target /models/SmolLM2-135M-Instruct | --random-llama) [--data chats.jsonl]
+        [--samples 256] [--max-len 2048] [--batch-size 8] [--dtype bfloat16] [--tp-size 1] [--attention-backend triton]
         [--rel-tol 0.02] [--dir /tmp/bench_capture] [--no-prefill-yardstick]
 
 Run it from the repository root (the SGLang backend starts its ranks as `python -m workers.stage_main`).
@@ -41,6 +41,7 @@ from drafting.ml.demo_assets import chat, write_jsonl
 from drafting.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
 from drafting.stages import extract
 from drafting.stages.base import StageContext, StageError
+from testsupport.random_llama import LLAMA_1_5B, save_random_llama
 
 STATE_NAMES = ("aux_0", "aux_1", "aux_2", "last")
 
@@ -148,7 +149,13 @@ def conversations(path: Path, count: int, words: int) -> Path:
 
 def parse_args() -> argparse.Namespace:
     parser = cli.parser(__doc__)
-    parser.add_argument("--target", required=True, help="target model folder (HF layout)")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target", help="target model folder (HF layout)")
+    target.add_argument(
+        "--random-llama",
+        action="store_true",
+        help="a random 1.53 B Llama (testsupport/random_llama.py LLAMA_1_5B), built into --dir/target",
+    )
     parser.add_argument("--data", help="conversations JSONL (default: synthetic ones)")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the target folder)")
     parser.add_argument("--samples", type=int, default=256, help="conversations extracted by each backend")
@@ -180,6 +187,8 @@ def main() -> int:
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    if args.random_llama:
+        args.target = str(save_random_llama(root / "target", LLAMA_1_5B))
     data = Path(args.data) if args.data else conversations(root / "chats.jsonl", args.samples, args.words)
     common: dict[str, Any] = {
         "target": str(Path(args.target).resolve()), "data": str(data.resolve()), "limit": args.samples,

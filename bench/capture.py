@@ -4,8 +4,8 @@ throughput on the same model (`python -m sglang.bench_one_batch`, output length 
 length and the extraction's batch size) as the yardstick.
 
     python -m bench.capture (--target /models/SmolLM2-135M-Instruct | --random-llama) [--data chats.jsonl]
-        [--samples 256] [--max-len 2048] [--batch-size 8] [--dtype bfloat16] [--tp-size 1] [--attention-backend triton]
-        [--rel-tol 0.02] [--dir /tmp/bench_capture] [--no-prefill-yardstick]
+        [--samples 256] [--max-len 2048] [--batch-size 8] [--dtype bfloat16] [--tp-size 1]
+        [--attention-backend triton] [--rel-tol 0.02] [--dir /tmp/bench_capture] [--no-prefill-yardstick]
 
 Run it from the repository root (the SGLang backend starts its ranks as `python -m workers.stage_main`).
 Without --data it writes --samples synthetic conversations of --words words per turn.

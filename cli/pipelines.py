@@ -173,9 +173,10 @@ def _uuid(value: str) -> str:
     return parse_uuid(value, "pipeline")
 
 
+DEMO_FOLDER = ".eyas-demo"
 DEMO_FOLDER_HELP = (
-    "where to write the target, prompts/data and pipeline.json (default: DATA_DIR/demo, DATA_DIR being "
-    "EYAS_DATA_DIR or .eyas: inside the roots `eyas up` lets jobs use)"
+    f"where to write the target, prompts/data and pipeline.json (default: {DEMO_FOLDER} in the working "
+    "directory, a root `eyas up` lets jobs use; never inside the data dir, where no job may write)"
 )
 
 
@@ -210,9 +211,8 @@ def demo(
 ) -> None:
     """Write a local target, its data and a pipeline.json for them (CPU reference engine, or --gpu)."""
     if folder is None:
-        from app.core.config import get_settings
-
-        folder = get_settings().data_dir / "demo"
+        # Beside the data dir, never inside it: no job may write where the database lives.
+        folder = Path(DEMO_FOLDER)
     folder = folder.resolve()
     if gpu and target == "tiny":
         typer.echo("error: --gpu is the real target's GPU recipe: add --target smollm2", err=True)

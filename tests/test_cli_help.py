@@ -56,23 +56,28 @@ def test_compare_and_wait_say_their_exit_codes() -> None:
     assert "Exit 0 succeeded, 1 failed, 3 cancelled, 4 timed out, 5 API unreachable" in help_of("wait")
 
 
-def test_demo_writes_under_the_data_dir_by_default(tmp_path: Path) -> None:
+def test_demo_writes_beside_the_data_dir_by_default(tmp_path: Path) -> None:
+    """In the working directory (a root `eyas up` allows), never inside the data dir, where the path rules
+    refuse every job output."""
     data_dir = tmp_path / "data"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "EYAS_DATA_DIR": str(data_dir)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "EYAS_DATA_DIR": str(data_dir),
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
     made = subprocess.run(
         [sys.executable, "-m", "cli.main", "demo"],
-        cwd=ROOT,
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert made.returncode == 0, made.stderr
-    spec = json.loads((data_dir / "demo" / "pipeline.json").read_text())
-    assert Path(spec["target"]).parent == data_dir / "demo"
-    assert Path(spec["workdir"]).is_relative_to(data_dir)
+    demo = tmp_path / ".eyas-demo"
+    spec = json.loads((demo / "pipeline.json").read_text())
+    assert Path(spec["target"]).parent == demo
+    assert Path(spec["workdir"]).is_relative_to(demo)
+    assert not data_dir.exists() or not any(data_dir.rglob("pipeline.json"))
     assert "must lie under the worker host's allowed roots" in made.stdout
-    assert "DATA_DIR/demo" in help_of("demo")
+    assert ".eyas-demo in the working directory" in help_of("demo")
 
 
 def test_logs_json_prints_one_object_per_line(

@@ -8,6 +8,8 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from contract.params.launch import LaunchParams
 from drafting.findings import Finding, Severity
@@ -86,6 +88,24 @@ def test_the_draft_doctor_runs_for_the_host_sglang_version(tiny_pair: TinyPair, 
     findings = prepared(launch(tiny_pair), shm)
     doctor = [f for f in findings if f.message.startswith("draft doctor:")]
     assert doctor, "the doctor's findings are part of the launch checks"
+
+
+def test_the_draft_doctor_s_findings_keep_the_tensors_they_name(own_pair: TinyPair, shm: Path) -> None:
+    weights = own_pair.draft / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["optimizer.step"] = torch.zeros(1)  # a tensor SGLang's draft model never loads
+    save_file(tensors, weights)
+    ignored = by_code(prepared(launch(own_pair), shm), "TENSOR_IGNORED")
+    assert ignored.message.startswith("draft doctor:")
+    assert ignored.subjects == ("optimizer.step",)
+    # a launch finding is stored with the doctor's keys, subjects included
+    assert ignored.to_dict() == {
+        "severity": str(ignored.severity),
+        "code": "TENSOR_IGNORED",
+        "message": ignored.message,
+        "fix": ignored.fix,
+        "subjects": ["optimizer.step"],
+    }
 
 
 def test_draft_context_shorter_than_the_target_needs_the_env_var(own_pair: TinyPair, shm: Path) -> None:

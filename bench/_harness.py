@@ -25,8 +25,8 @@ from app.hosts import service as hosts
 from app.tokens import service as tokens
 from cli.local import db_upgrade
 from drafting import proc
-from drafting.serving.bench_stats import percentile
-from drafting.serving.host_checks import free_port
+from drafting.serving.benchmark.bench_stats import percentile
+from drafting.serving.launch.host_checks import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

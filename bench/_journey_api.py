@@ -15,7 +15,7 @@ import httpx
 
 from bench._run import ROOT
 from drafting import proc
-from drafting.serving.host_checks import free_port
+from drafting.serving.launch.host_checks import free_port
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 POLL_S = 3.0

@@ -35,12 +35,12 @@ from typing import Any, TextIO
 import torch
 
 from bench import _cli as cli
+from cli.demo.constructed import chat, write_jsonl
 from contract.params.extract import ExtractParams
+from drafting.context import StageContext, StageError
 from drafting.ml._dataset import read_dataset_rows
-from drafting.ml.demo_assets import chat, write_jsonl
 from drafting.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
 from drafting.stages import extract
-from drafting.stages.base import StageContext, StageError
 from testsupport.random_llama import LLAMA_1_5B, save_random_llama
 
 STATE_NAMES = ("aux_0", "aux_1", "aux_2", "last")

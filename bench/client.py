@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from bench import _cli as cli
-from drafting.serving.host_checks import free_port
-from drafting.serving.load_client import LoadOptions, run_load
+from drafting.serving.benchmark.load_client import LoadOptions, run_load
+from drafting.serving.launch.host_checks import free_port
 from drafting.serving.prompts import Prompt
 
 TOKENS_PER_ANSWER = 16

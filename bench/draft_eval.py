@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import _cli as cli
+from cli.demo.real import ANSWER_TOKENS, SWEEP_TOKENS, write_real_demo
 from contract.params.evaluate import EvalParams
-from drafting.realmodels.demo import ANSWER_TOKENS, SWEEP_TOKENS, write_real_demo
+from drafting.context import StageContext
 from drafting.stages import evaluate as evaluate_stage
-from drafting.stages.base import StageContext
 
 # name -> (which MT-Bench file, max_new_tokens, ignore_eos): the sweep's and the held-out sweep's settings
 SETS: dict[str, tuple[str, int, bool]] = {

@@ -34,7 +34,7 @@ from drafting.generation.output import DurableWriter, prepare_output
 from drafting.generation.runner import Generation, RunSettings
 from drafting.generation.template import encode, load_chat_tokenizer, template_facts
 from drafting.prompting.chat import render_messages
-from drafting.serving.host_checks import free_port
+from drafting.serving.launch.host_checks import free_port
 
 READY_S = 300.0
 

@@ -4,7 +4,7 @@
 GGUF or its PyPI package) and follows it to its end: the target writes and answers its own training
 conversations (or `--data` gives them), extract, train, fix_keys, gpu_check, [eval,] serve_held_out on
 held-out MT-Bench questions, then a sweep of chain and tree configs against a no-speculation baseline with
-CUDA graphs on (the GPU recipe of `eyas demo --gpu`, drafting/realmodels/demo.py). It writes
+CUDA graphs on (the GPU recipe of `eyas demo --gpu`, cli/demo/real.py). It writes
 OUT/pipeline.json, OUT/job_logs.txt, OUT/serving.json and OUT/train_params.json, and exits 1 unless the
 pipeline succeeded.
 
@@ -45,12 +45,12 @@ from bench._journey_api import (
     step_job,
     write_report,
 )
+from cli.demo.real import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
 from cli.pipelines import param_changes
 from contract.stages import STAGES
 from drafting.prompting.named import resolve_source
 from drafting.prompting.split import split_prompt_file
 from drafting.realmodels import build_target
-from drafting.realmodels.demo import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
 
 BUILT = "smollm2"  # the real target `--gguf` builds
 

@@ -29,7 +29,7 @@ import torch
 
 from bench import _cli as cli
 from bench._journey_api import connected, follow_pipeline, posted, write_report
-from drafting.ml.demo_assets import WORDS, successor_target, write_jsonl
+from cli.demo.constructed import WORDS, successor_target, write_jsonl
 from testsupport.successor_chats import successor_chat
 
 

@@ -63,8 +63,8 @@ RECIPE_SETS: dict[str, dict[str, dict[str, Any]]] = {
 def run_one(params_file: Path, result_file: Path) -> None:
     """The train stage in this process with the params in `params_file`; its result and metrics to JSON."""
     from contract.params.train import TrainParams
+    from drafting.context import RecordingSink, StageContext
     from drafting.stages import train
-    from drafting.stages.base import RecordingSink, StageContext
 
     params = TrainParams.model_validate_json(params_file.read_text())
     sink = RecordingSink()

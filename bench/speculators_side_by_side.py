@@ -243,8 +243,8 @@ def _peak() -> int | None:
 def run_eyas(args: argparse.Namespace) -> dict[str, Any]:
     """eyas's train stage on the same extraction, settings and validation rows, in this process."""
     from contract.params.train import TrainParams
+    from drafting.context import RecordingSink, StageContext
     from drafting.stages import train
-    from drafting.stages.base import RecordingSink, StageContext
 
     cpu = args.device == "cpu"
     same = "epochs ttt_steps step_decay batch_size max_len lr warmup_ratio seed draft_vocab_size val_fraction"

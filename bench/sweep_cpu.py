@@ -25,11 +25,11 @@ import torch
 from bench import _cli as cli
 from contract.params.benchmark import BenchmarkParams
 from contract.params.evaluate import EvalParams
-from drafting.serving.host_checks import free_port
+from drafting.context import StageContext, StageError
+from drafting.serving.launch.host_checks import free_port
 from drafting.serving.prompts import load_prompts
 from drafting.stages import benchmark as benchmark_stage
 from drafting.stages import evaluate as evaluate_stage
-from drafting.stages.base import StageContext, StageError
 from testsupport.tiny_pair import make_pair
 
 

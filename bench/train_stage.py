@@ -22,8 +22,8 @@ import torch
 from bench import _cli as cli
 from contract.params.extract import ExtractParams
 from contract.params.train import TrainParams
+from drafting.context import RecordingSink, StageContext
 from drafting.stages import extract, train
-from drafting.stages.base import RecordingSink, StageContext
 from testsupport.random_llama import LLAMA_1_5B_VOCAB_32K, long_conversations, save_random_llama
 
 

@@ -50,7 +50,7 @@ def doctor(
     if target is None:
         typer.echo("error: --serve needs --target (the model folder the draft serves)", err=True)
         raise typer.Exit(EXIT_USAGE)
-    from drafting.serving.smoke_local import SmokeRequest, run_local_smoke
+    from drafting.serving.evaluation.smoke_local import SmokeRequest, run_local_smoke
 
     smoke = run_local_smoke(
         SmokeRequest(

@@ -77,9 +77,9 @@ def _render_local(spec: dict[str, Any]) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from contract.params.launch import LaunchParams
-    from drafting.serving.checks import prepare_launch
-    from drafting.serving.render import HostFacts
-    from drafting.serving.sglang_parser import installed_sglang_version
+    from drafting.serving.launch.checks import prepare_launch
+    from drafting.serving.launch.render import HostFacts
+    from drafting.serving.launch.sglang_parser import installed_sglang_version
 
     try:
         params = LaunchParams.model_validate({**spec, "dry_run": True})

@@ -218,7 +218,7 @@ def demo(
         typer.echo("error: --gpu is the real target's GPU recipe: add --target smollm2", err=True)
         raise typer.Exit(2)
     if target == "tiny":
-        from drafting.ml.demo_assets import demo_pipeline_spec, write_demo
+        from cli.demo.constructed import demo_pipeline_spec, write_demo
 
         assets = write_demo(folder)
         spec = demo_pipeline_spec(assets, workdir=str(folder / "runs"))
@@ -248,8 +248,8 @@ def demo(
 
 
 def _real_demo(folder: Path, target: str, gguf: Path | None, gpu: bool) -> tuple[dict[str, Any], str]:
+    from cli.demo.real import demo_pipeline_spec, demo_prompt_counts, write_real_demo
     from drafting.realmodels import REAL_TARGETS, TargetBuildError
-    from drafting.realmodels.demo import demo_pipeline_spec, demo_prompt_counts, write_real_demo
 
     if target not in REAL_TARGETS:
         typer.echo(f"error: --target must be tiny or one of {', '.join(REAL_TARGETS)}", err=True)

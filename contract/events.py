@@ -1,5 +1,5 @@
 """Stage events: what a stage process reports to its worker besides its log, as JSON lines on its event
-pipe. `StageContext` (drafting/stages/base.py) emits them; the worker's EventPump (workers/events.py) parses
+pipe. `StageContext` (drafting/context.py) emits them; the worker's EventPump (workers/events.py) parses
 each line with `parse_event` and records it. A line whose `type` is none of these (a stage's own report, e.g.
 `benchmark_table`) is not an event the worker records; one of these types with bad fields is malformed.
 """

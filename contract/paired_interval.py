@@ -3,7 +3,7 @@
 Both sides of eyas judge paired measurements this way: the API compares two drafts' acceptance on the same
 prompts (app/benchmarks/paired.py: Σ tokens / Σ verify steps of draft a minus draft b's), and the sweep
 judges a speedup from each request's speculative run beside the same request's baseline run
-(drafting/serving/paired_speedup.py: the ratio of pooled throughputs). Each unit i carries a row of
+(drafting/serving/benchmark/paired_speedup.py: the ratio of pooled throughputs). Each unit i carries a row of
 numbers x_i (its tokens, steps or seconds on both sides); the statistic is a function of the columns'
 sums. Resampling whole units keeps each pair together, so what the two sides share (a prompt's difficulty,
 a request's length) cancels, and what varies from unit to unit sets the interval's width.

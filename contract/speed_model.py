@@ -9,8 +9,9 @@ A request of N new tokens (ignore_eos: every request decodes N) takes, on a serv
 where `decode_step` is one target decode step, `cycle` one speculative cycle (the draft's steps, the
 target's verify of the draft tokens, the draft's extend over the accepted ones) and τ the acceptance
 length as SGLang counts it (completion tokens / verify steps, so N / τ cycles). The speedup is the ratio,
-what the sweep measures pairwise (drafting/serving/paired_speedup.py). Both step costs come from the
-server itself at each concurrency (drafting/serving/cost_profile.py), with CUDA graphs as it runs them.
+what the sweep measures pairwise (drafting/serving/benchmark/paired_speedup.py). Both step costs come from
+the server itself at each concurrency (drafting/serving/benchmark/cost_profile.py), with CUDA graphs as it
+runs them.
 
 For chains (topk 1) the cycle grows with the depth d by one draft step and one more verified token; a
 least-squares line cycle(d) = verify + d · draft_step through the chain depths profiled gives both parts,

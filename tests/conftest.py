@@ -29,7 +29,7 @@ from app.main import create_app
 from app.tokens import service as tokens
 from cli.local import db_upgrade
 from drafting import proc
-from drafting.serving.host_checks import free_port
+from drafting.serving.launch.host_checks import free_port
 
 PG_ADMIN_URL = os.environ.get("EYAS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("EYAS_TEST_REDIS", "redis://127.0.0.1:6379/0")

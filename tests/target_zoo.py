@@ -2,7 +2,7 @@
 
 Each builds its model with transformers from a config (random weights, seeded), saves it with
 `save_pretrained` as transformers 5 writes it, adds the tests' word-level tokenizer with a chat template
-(drafting/ml/demo_assets.py), and returns the folder. Sizes stay tiny for the CPU (hidden 32, vocab 64) but
+(cli/demo/constructed.py), and returns the folder. Sizes stay tiny for the CPU (hidden 32, vocab 64) but
 every target has 8 decoder layers, so the default aux layers [2, N//2, N-3] = [2, 4, 5] are distinct.
 
 Two entries are wrappers whose text model sits inside another model:
@@ -59,7 +59,7 @@ from transformers import (
     SiglipVisionConfig,
 )
 
-from drafting.ml.demo_assets import build_tokenizer
+from cli.demo.constructed import build_tokenizer
 
 NUM_LAYERS = 8
 VOCAB = 64  # the tokenizer's 47 tokens, with room for multimodal placeholders above them

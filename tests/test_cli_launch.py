@@ -12,7 +12,7 @@ from typing import Any
 
 from app.core.config import Settings
 from app.core.security import Scope
-from drafting.ml.demo_assets import successor_target
+from cli.demo.constructed import successor_target
 from tests.conftest import ROOT, WorkerProcess, free_port, make_token, worker_env
 
 
@@ -39,7 +39,7 @@ def test_a_local_dry_run_checks_on_this_machine_with_exit_codes(tmp_path: Path) 
     report = json.loads(done.stdout)
     assert report["ok"] is True
     assert report["where"] == "local"
-    assert "drafting.serving.reference_engine" in report["argv"]
+    assert "drafting.serving.engine.reference_engine" in report["argv"]
 
     wide = {"engine": "sglang", "model": str(target), "tp_size": 3, "port": free_port()}
     done = eyas_launch(wide, tmp_path, "--json")

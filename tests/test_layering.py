@@ -160,7 +160,7 @@ def test_every_import_keeps_the_house_rules() -> None:
     ("importer", "source"),
     [
         ("drafting.stages.train", "from app.jobs import lifecycle"),
-        ("drafting.serving.smoke", "import celery"),
+        ("drafting.serving.evaluation.smoke", "import celery"),
         ("drafting.ml.trainer", "from workers.runner import run_job"),
         ("contract.params.train", "import torch"),
         ("contract.params.train", "from drafting.ml import trainer"),
@@ -192,7 +192,7 @@ def test_good_imports_pass() -> None:
     assert not violations("from pydantic import BaseModel", "contract.params.common")
     assert not violations("from testsupport.tiny_pair import make_pair\nimport torch", "bench.sweep_cpu")
     assert not violations("from app.core.config import Settings", "bench._harness")
-    assert not violations("from drafting.ml.demo_assets import chat", "testsupport.random_llama")
+    assert not violations("from cli.demo.constructed import chat", "testsupport.random_llama")
 
 
 def test_benchmarks_run_as_modules_without_editing_the_import_path() -> None:

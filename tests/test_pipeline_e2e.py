@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.config import Settings
-from drafting.ml.demo_assets import chat_prompt, demo_pipeline_spec
+from cli.demo.constructed import chat_prompt, demo_pipeline_spec
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import chat, successor_target, write_jsonl
 from tests.test_cli import eyas
@@ -41,7 +41,7 @@ def workspace(settings: Settings) -> Path:
     successor_target(root / "target")
     rng = random.Random(0)
     write_jsonl(root / "chats.jsonl", [chat(rng, turns=2, words=12) for _ in range(48)])
-    write_jsonl(  # chat turns, as the demo asks (demo_assets.chat_prompt says why)
+    write_jsonl(  # chat turns, as the demo asks (cli.demo.constructed.chat_prompt says why)
         root / "p.jsonl",
         [chat_prompt(" ".join(f"w{rng.randrange(40)}" for _ in range(12))) for _ in range(4)],
     )

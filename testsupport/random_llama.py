@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from drafting.ml.demo_assets import build_tokenizer, chat, write_jsonl
+from cli.demo.constructed import build_tokenizer, chat, write_jsonl
 
 # About 1.5 B parameters: Llama's layout at hidden 2048, 16 layers, and a Llama-3-sized vocabulary.
 LLAMA_1_5B: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Conversations for the constructed successor target (drafting/ml/demo_assets.py): its greedy next word is
+"""Conversations for the constructed successor target (cli/demo/constructed.py): its greedy next word is
 a fixed successor of the current one, so these assistant turns are what the target itself would answer."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from drafting.ml.demo_assets import WORDS, sentence
+from cli.demo.constructed import WORDS, sentence
 
 
 def successor_chat(rng: random.Random, turns: int = 3, words: int = 20) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from drafting.ml.drafter import Eagle3Drafter, aux_hidden_states, default_aux_layers, save_drafter
-from drafting.serving.decoding import DecodeLimits, greedy_decode
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode
 
 
 @dataclass(frozen=True)

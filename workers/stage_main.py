@@ -28,9 +28,9 @@ from contract.events import ErrorEvent, ResultEvent, to_line
 from contract.params.common import StageParams
 from contract.reasons import TerminationReason
 from contract.stages import STAGES
+from drafting.context import EventSink, StageCancelled, StageContext, StageError
 from drafting.safepaths import PathGuard, PathRefused
 from drafting.stages import load_stage
-from drafting.stages.base import EventSink, StageCancelled, StageContext, StageError
 from drafting.userfiles import Cap, UserFileError, read_user_json
 from workers import handoff
 

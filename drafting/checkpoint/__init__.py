@@ -6,16 +6,14 @@ Importing this package pulls no torch: the doctor reads headers, and the convert
 from drafting.checkpoint.doctor import DEFAULT_SGLANG_VERSION, diagnose
 from drafting.checkpoint.errors import CheckpointError, PickleWeightsError
 from drafting.checkpoint.fix import fix_checkpoint
-from drafting.checkpoint.report import DoctorReport, Finding, FixReport, Severity, TensorMove
+from drafting.checkpoint.report import DoctorReport, FixReport, TensorMove
 
 __all__ = [
     "DEFAULT_SGLANG_VERSION",
     "CheckpointError",
     "DoctorReport",
-    "Finding",
     "FixReport",
     "PickleWeightsError",
-    "Severity",
     "TensorMove",
     "diagnose",
     "fix_checkpoint",

@@ -6,10 +6,10 @@ import contextlib
 from collections.abc import Iterator
 
 from drafting.checkpoint.layout import aux_layer_ids
-from drafting.checkpoint.report import Finding, Severity
 from drafting.checkpoint.target import effective_rope
 from drafting.checkpoint.target_checks import target_support
 from drafting.checkpoint.view import DraftView, is_speculators_config
+from drafting.findings import Finding, Severity
 from drafting.sglang_facts import DRAFT_ARCHITECTURE, NORM_BEFORE_RESIDUAL, RULES, format_version
 
 FIX_KEYS = "run `eyas fix-keys SRC DST --target TARGET`"

@@ -12,12 +12,13 @@ from pathlib import Path
 from drafting.checkpoint.config_checks import CONFIG_CHECKS
 from drafting.checkpoint.dtype_checks import DTYPE_CHECKS
 from drafting.checkpoint.errors import CheckpointError, PickleWeightsError
-from drafting.checkpoint.report import DoctorReport, Finding, Severity
+from drafting.checkpoint.report import DoctorReport
 from drafting.checkpoint.source import open_checkpoint
 from drafting.checkpoint.target import TargetModel, load_target
 from drafting.checkpoint.target_checks import TARGET_CHECKS
 from drafting.checkpoint.tensor_checks import TENSOR_CHECKS
 from drafting.checkpoint.view import DraftView
+from drafting.findings import Finding, Severity
 from drafting.sglang_facts import VERIFIED_UP_TO, format_version, is_verified, parse_version, rules_for
 
 DEFAULT_SGLANG_VERSION = "0.5.14"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from drafting.checkpoint.dtypes import HALF_PRECISION, weights_dtype
-from drafting.checkpoint.report import Finding, Severity
 from drafting.checkpoint.view import DraftView
+from drafting.findings import Finding, Severity
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - reads like the report
 

@@ -1,51 +1,11 @@
-"""What the doctor and the converter tell the user: findings with stable codes, and the reports."""
+"""What the doctor and the converter tell the user: their reports, made of findings (drafting/findings.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-_SHOWN_SUBJECTS = 4
-
-
-class Severity(StrEnum):
-    ERROR = "error"  # SGLang would fail to start, or would serve wrong or random weights
-    WARNING = "warning"  # works, but costs something or needs a launch flag
-    INFO = "info"
-
-
-_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem (or fact) about a draft: stable code, one-line explanation, and the fix."""
-
-    severity: Severity
-    code: str
-    message: str
-    fix: str = ""
-    subjects: tuple[str, ...] = ()  # tensor or file names the finding is about
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "severity": self.severity.value,
-            "code": self.code,
-            "message": self.message,
-            "fix": self.fix,
-            "subjects": list(self.subjects),
-        }
-
-    def render(self) -> str:
-        line = f"{self.severity.value.upper():7} {self.code}: {self.message}"
-        if self.subjects:
-            shown = ", ".join(self.subjects[:_SHOWN_SUBJECTS])
-            more = len(self.subjects) - _SHOWN_SUBJECTS
-            line += f" [{shown}{f', … +{more} more' if more > 0 else ''}]"
-        if self.fix:
-            line += f"\n        fix: {self.fix}"
-        return line
+from drafting.findings import Finding, Severity, by_severity, errors_in
 
 
 @dataclass
@@ -65,13 +25,13 @@ class DoctorReport:
 
     @property
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity is Severity.ERROR]
+        return errors_in(self.findings)
 
     def codes(self, severity: Severity | None = None) -> set[str]:
         return {f.code for f in self.findings if severity is None or f.severity is severity}
 
     def sorted_findings(self) -> list[Finding]:
-        return sorted(self.findings, key=lambda f: _ORDER[f.severity])
+        return by_severity(self.findings)
 
     def to_dict(self) -> dict[str, Any]:
         return {

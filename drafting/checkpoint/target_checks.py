@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from drafting.checkpoint.layout import aux_layer_ids
-from drafting.checkpoint.report import Finding, Severity
 from drafting.checkpoint.view import DraftView
+from drafting.findings import Finding, Severity
 from drafting.support_matrix import (
     CAPTURE_METHOD,
     CaptureKind,

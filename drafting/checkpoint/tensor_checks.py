@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from drafting.checkpoint.layout import STACKED_PARTS, resolve_name
-from drafting.checkpoint.report import Finding, Severity
 from drafting.checkpoint.safetensors_io import FLOAT_DTYPES, INTEGER_DTYPES, read_bytes
 from drafting.checkpoint.view import DraftView
+from drafting.findings import Finding, Severity
 from drafting.sglang_facts import DRAFT_WEIGHT_ROOTS, TRAINER_PREFIXES, UNUSED_BY_SGLANG
 
 FIX_KEYS = "run `eyas fix-keys SRC DST --target TARGET`"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contract.stages import STAGES
-from drafting.stages.base import StageContext
+from drafting.context import StageContext
 
 StageFn = Callable[[StageContext, Any], Any]
 

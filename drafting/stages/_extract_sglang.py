@@ -15,16 +15,16 @@ import torch
 
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
+from drafting.context import StageCancelled, StageContext, StageError, out_of_memory
 from drafting.ml import distributed
 from drafting.ml._writer import AsyncWriter
 from drafting.ml.distributed import Ranks
 from drafting.ml.extraction import BatchOutOfMemory, PendingSample
 from drafting.ml.sglang_capture import CAPTURE_RELEASE, SGLangTarget, TargetSpec
 from drafting.ml.sglang_extraction import BatchLimits, CaptureRefused, extract_packed, pack_batches, too_long
-from drafting.serving.sglang_parser import installed_sglang_version
+from drafting.serving.launch.sglang_parser import installed_sglang_version
 from drafting.sglang_facts import parse_version
 from drafting.stages._extract_writing import ExtractProgress, close_writer
-from drafting.stages.base import StageCancelled, StageContext, StageError, out_of_memory
 
 
 def check_host(params: ExtractParams, world: int) -> None:

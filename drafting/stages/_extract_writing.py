@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass
 
 from contract.reasons import TerminationReason
+from drafting.context import StageContext, StageError
 from drafting.ml._writer import AsyncWriter, Written
 from drafting.ml.extraction import PendingSample
-from drafting.stages.base import StageContext, StageError
 
 
 @dataclass(frozen=True)

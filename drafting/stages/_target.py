@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from contract.reasons import TerminationReason
+from drafting.context import StageError
 from drafting.ml.text_model import RemoteCodeRefused, TargetModelError
-from drafting.stages.base import StageError
 
 
 @contextmanager

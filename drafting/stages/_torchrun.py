@@ -22,9 +22,9 @@ from typing import Any
 
 from contract.params.common import DataParallelParams, StageParams
 from contract.reasons import TerminationReason
+from drafting.context import EventSink, StageCancelled, StageContext, StageError
 from drafting.ml.distributed import Ranks
 from drafting.proc import StartedProcess, run_command, signal_children
-from drafting.stages.base import EventSink, StageCancelled, StageContext, StageError
 
 # Ranks asked to stop finish their step and save the training state; past this, torchrun's group is ended.
 RANK_STOP_GRACE_S = 60.0

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from contract.params.train import TrainParams
+from drafting.context import StageContext
 from drafting.ml.checkpoint_choice import choose
 from drafting.ml.drafter import Eagle3Drafter
 from drafting.ml.objective import ACCEPT_FORMULA
 from drafting.ml.simulated_acceptance import SIMULATED_FORMULA
 from drafting.ml.train_state import RunPosition
-from drafting.stages.base import StageContext
 from drafting.userfiles import Cap, read_user_json_object
 
 RUN_FILE = "run.json"

@@ -17,13 +17,14 @@ from typing import Any
 
 from contract.params.benchmark import BenchmarkParams
 from contract.reasons import TerminationReason
-from drafting.serving.benchmarking import benchmark_server, load_options
-from drafting.serving.load_client import requests_digest
+from drafting.context import StageContext, StageError
+from drafting.serving.benchmark.benchmarking import benchmark_server, load_options
+from drafting.serving.benchmark.load_client import requests_digest
+from drafting.serving.benchmark.sweep import format_table, run_sweep
 from drafting.serving.prompts import Prompt
 from drafting.serving.prompts.categories import benchmark_prompt_report
 from drafting.serving.prompts.chat_source import benchmark_tokenizer_folder
-from drafting.serving.sweep import format_table, run_sweep
-from drafting.stages.base import StageContext, StageError, stage_prompts
+from drafting.stages.prompt_sets import stage_prompts
 
 
 def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def run(ctx: StageContext, params: BenchmarkParams) -> dict[str, Any]:
         return {"mode": "single", "url": params.url, **measured.as_dict(), **about}
     about = benchmark_prompt_report(params.prompts, prompts, None, note, digest)
     if params.mode == "profile":
-        # the servers' cost profile and the speedup it predicts (drafting/serving/cost_profile.py)
+        # the servers' cost profile and the speedup it predicts (drafting/serving/benchmark/cost_profile.py)
         return {"mode": "profile", **run_sweep(ctx, params, prompts), **about}
     return _sweep(ctx, params, prompts, about)
 

@@ -8,7 +8,7 @@ from typing import Any
 from contract.params.checkpoint import DoctorParams
 from contract.reasons import TerminationReason
 from drafting.checkpoint import diagnose
-from drafting.stages.base import StageContext, StageError
+from drafting.context import StageContext, StageError
 
 
 def run(ctx: StageContext, params: DoctorParams) -> dict[str, Any]:

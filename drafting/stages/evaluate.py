@@ -7,12 +7,13 @@ from typing import Any
 import torch
 
 from contract.params.evaluate import EvalParams
-from drafting.serving.divergence import TargetScorer
-from drafting.serving.evaluation import LoadedTargetScorer, evaluate_acceptance
-from drafting.serving.models import DTYPES, LoadedModels, load_models, pick_device
+from drafting.context import StageContext, remote_code
+from drafting.serving.engine.models import DTYPES, LoadedModels, load_models, pick_device
+from drafting.serving.evaluation.divergence import TargetScorer
+from drafting.serving.evaluation.offline import LoadedTargetScorer, evaluate_acceptance
 from drafting.serving.prompts import set_summary
 from drafting.stages._target import target_errors
-from drafting.stages.base import StageContext, remote_code, stage_prompts
+from drafting.stages.prompt_sets import stage_prompts
 
 
 def run(ctx: StageContext, params: EvalParams) -> dict[str, Any]:

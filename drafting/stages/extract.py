@@ -20,6 +20,7 @@ import torch
 
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
+from drafting.context import StageContext, StageError, out_of_memory, remote_code
 from drafting.ml import distributed, hidden_store
 from drafting.ml._config import check_aux_layers, default_aux_layers, serving_capture, text_config
 from drafting.ml._dataset import (
@@ -49,7 +50,6 @@ from drafting.stages._extract_sglang import check_host, extract_with_sglang
 from drafting.stages._extract_writing import ExtractProgress, RunTotals, close_writer
 from drafting.stages._target import target_errors
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
-from drafting.stages.base import StageContext, StageError, out_of_memory, remote_code
 from drafting.support_matrix import CaptureKind
 from drafting.userfiles import Cap, check_model_folder, check_regular
 

@@ -9,8 +9,8 @@ from contract.params.checkpoint import FixKeysParams
 from contract.reasons import TerminationReason
 from drafting.checkpoint import CheckpointError, fix_checkpoint
 from drafting.checkpoint.errors import DestinationNotOurs
+from drafting.context import StageContext, StageError
 from drafting.outputs import OutputMark
-from drafting.stages.base import StageContext, StageError
 
 _PROGRESS_STEP = 0.02  # report at most every 2 % of the bytes
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from contract.params.generate import GenerateParams
 from contract.reasons import TerminationReason
+from drafting.context import StageCancelled, StageContext, StageError, remote_code
 from drafting.generation.client import EngineUnavailable, Sampling
 from drafting.generation.holdout import HeldOut, load_holdout, without_held_out
 from drafting.generation.inputs import count_records, read_prompts
@@ -22,10 +23,9 @@ from drafting.generation.runner import Cancelled, Generation, RunSettings
 from drafting.generation.self_prompts import SelfPromptPlan
 from drafting.generation.tally import Tally
 from drafting.generation.template import TemplateFacts, TemplateProblem, load_chat_tokenizer, template_facts
-from drafting.serving.lifecycle import LiveServer, checked_launch, launched_server
+from drafting.serving.launch.lifecycle import LiveServer, checked_launch, launched_server
 from drafting.sglang_facts import DETERMINISTIC_FLAG
 from drafting.stages._target import target_errors
-from drafting.stages.base import StageCancelled, StageContext, StageError, remote_code
 
 PROGRESS_INTERVAL_S = 1.0
 METRIC_INTERVAL_S = 5.0

@@ -7,8 +7,8 @@ from typing import Any
 
 from contract.params.gpu_check import GpuCheckParams
 from contract.reasons import TerminationReason
+from drafting.context import StageContext, StageError
 from drafting.hostinfo import gate
-from drafting.stages.base import StageContext, StageError
 
 
 def run(ctx: StageContext, params: GpuCheckParams) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from contract.params.launch import LaunchParams
-from drafting.serving.lifecycle import checked_launch, launched_server, serve_until_cancelled
-from drafting.stages.base import StageContext
+from drafting.context import StageContext
+from drafting.serving.launch.lifecycle import checked_launch, launched_server, serve_until_cancelled
 
 
 def run(ctx: StageContext, params: LaunchParams) -> dict[str, Any]:
@@ -32,6 +32,6 @@ def run(ctx: StageContext, params: LaunchParams) -> dict[str, Any]:
         "ready_after_s": round(server.ready_after_s, 2),
         "last_accept_len": log.accept_len,
         "exit_code": server.process.result.exit_code if server.process.result else None,
-        "findings": [f.as_dict() for f in rendered.findings],
+        "findings": [f.to_dict() for f in rendered.findings],
         "cuda_graphs": rendered.cuda_graphs,
     }

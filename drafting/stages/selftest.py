@@ -10,7 +10,7 @@ from typing import Any
 
 from contract.params.selftest import SelftestParams
 from contract.reasons import TerminationReason
-from drafting.stages.base import StageContext, StageError
+from drafting.context import StageContext, StageError
 from drafting.userfiles import append_user_text
 
 

@@ -16,6 +16,7 @@ import torch
 
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
+from drafting.context import StageCancelled, StageContext, StageError, out_of_memory, remote_code
 from drafting.hostinfo import gpus
 from drafting.ml import distributed
 from drafting.ml.distributed import Ranks
@@ -47,7 +48,6 @@ from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages._target import target_errors
 from drafting.stages._torchrun import quiet_unless_main, run_ranks, world_size
 from drafting.stages._train_record import record_epoch, train_result
-from drafting.stages.base import StageCancelled, StageContext, StageError, out_of_memory, remote_code
 from drafting.userfiles import Cap, read_user_json_object
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.config import Settings
-from drafting.ml.demo_assets import successor_target
-from drafting.serving.sglang_parser import installed_sglang_version
+from cli.demo.constructed import successor_target
+from drafting.serving.launch.sglang_parser import installed_sglang_version
 from tests import target_zoo as zoo
 from tests.conftest import WorkerProcess, free_port
 from tests.zoo_drafts import zoo_draft
@@ -61,7 +61,7 @@ def test_render_of_a_good_reference_spec_via_get(
     )
     rendered = response.json()
     assert rendered["ok"] is True, rendered
-    assert "drafting.serving.reference_engine" in " ".join(rendered["argv"])
+    assert "drafting.serving.engine.reference_engine" in " ".join(rendered["argv"])
     assert "--port" in rendered["argv"]
 
 

@@ -17,9 +17,9 @@ from app.core.config import Settings
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
 from bench import journey
+from cli.demo.real import ANSWER_TOKENS, GPU_CONFIGS
 from contract.params.generate import GenerateParams
 from contract.params.train import TrainParams
-from drafting.realmodels.demo import ANSWER_TOKENS, GPU_CONFIGS
 from tests.app.test_jobs_api import register_host
 
 CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")

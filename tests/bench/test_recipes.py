@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.recipes import RECIPE_SETS, chosen_variants, parse
+from cli.demo.real import gpu_pipeline_spec
 from contract.params.train import TrainParams
-from drafting.realmodels.demo import gpu_pipeline_spec
 
 
 @pytest.mark.parametrize("recipe_set", sorted(RECIPE_SETS))

@@ -17,12 +17,12 @@ from transformers import AutoModelForCausalLM
 
 from bench import specforge_side_by_side as side
 from contract.params.extract import ExtractParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml._dataset import read_dataset_rows, read_token_freq
 from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages import extract
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.tiny import chat, random_target, write_jsonl
 
 DRAFT_VOCAB = 64

@@ -23,11 +23,11 @@ from safetensors.torch import load_file, save_file
 
 from bench import speculators_side_by_side as driver
 from contract.params.extract import ExtractParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml._dataset import read_dataset_rows
 from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
 from drafting.stages import extract
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.speculators_offline import offline_loaders
 from tests.ml.tiny import chat, random_target, write_jsonl
 

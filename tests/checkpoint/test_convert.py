@@ -10,7 +10,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from drafting.checkpoint import Severity, diagnose, fix_checkpoint
+from drafting.checkpoint import diagnose, fix_checkpoint
+from drafting.findings import Severity
 from tests.checkpoint.conftest import (
     DRAFT_VOCAB,
     HEAD_DIM,

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from drafting.checkpoint import Severity, diagnose
+from drafting.checkpoint import diagnose
+from drafting.findings import Severity
 from drafting.sglang_facts import parse_version, rules_for
 from tests.checkpoint.conftest import Patch
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from drafting.checkpoint import diagnose, fix_checkpoint
-from drafting.checkpoint.report import DoctorReport, Finding, Severity
+from drafting.checkpoint.report import DoctorReport
+from drafting.findings import Finding, Severity
 from drafting.support_matrix import AUX_CAPTURE_KEY
 from tests import target_zoo as zoo
 from tests.conftest import ROOT

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from drafting.checkpoint import CheckpointError, Severity, diagnose, fix_checkpoint
+from drafting.checkpoint import CheckpointError, diagnose, fix_checkpoint
+from drafting.findings import Severity
 
 DEADLINE_S = 60.0  # generous for a loaded CI host; the calls take well under a second of their own
 

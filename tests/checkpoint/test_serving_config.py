@@ -16,8 +16,9 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from drafting.checkpoint import Severity, diagnose, fix_checkpoint
+from drafting.checkpoint import diagnose, fix_checkpoint
 from drafting.checkpoint.sglang_reading import _eyas_dtype, read_as_sglang
+from drafting.findings import Severity
 from tests._drafts import write_speculators_draft
 from tests.checkpoint.conftest import DRAFT_VOCAB, TARGET_CONFIG, TINY, write_specforge_draft
 

@@ -11,8 +11,8 @@ from contract.params.checkpoint import DoctorParams, FixKeysParams
 from contract.params.common import StageParams
 from contract.reasons import TerminationReason
 from contract.stages import parse_params
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.stages import doctor, fix_keys, load_stage
-from drafting.stages.base import RecordingSink, StageContext, StageError
 from workers import stage_main
 
 

@@ -25,8 +25,8 @@ from app.models.pipeline import Pipeline
 from app.servers import service as servers
 from contract.params.benchmark import SpecConfig
 from drafting.ml.objective import summarise
-from drafting.serving.speedup_stats import speedup_interval
-from drafting.serving.sweep_gate import release_gate
+from drafting.serving.benchmark.speedup_stats import speedup_interval
+from drafting.serving.benchmark.sweep_gate import release_gate
 
 H200_MIB = 143771.0
 
@@ -133,9 +133,9 @@ def lease_gpus(settings: Settings, host: str, count: int, job_id: str) -> list[i
 
 
 def sweep_rows(lossy: bool = False) -> list[dict[str, Any]]:
-    """A config sweep as drafting/serving/sweep_report.py tabulates it: the baseline, then each config (a
-    tree beside the chain of the same steps), speedups with their 95 % interval, divergences judged (lossy:
-    16,1,17 with a real loss)."""
+    """A config sweep as drafting/serving/benchmark/sweep_report.py tabulates it: the baseline, then each
+    config (a tree beside the chain of the same steps), speedups with their 95 % interval, divergences judged
+    (lossy: 16,1,17 with a real loss)."""
     base_speed = 182.0
     measured = [
         # config, accept len, tok/s, ttft, itl, speedup half-width, near-ties, real losses

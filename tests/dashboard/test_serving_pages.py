@@ -12,7 +12,7 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.models.benchmark import BenchmarkResult
 from contract.params.benchmark import SpecConfig
-from drafting.serving.sweep_report import rejected_row
+from drafting.serving.benchmark.sweep_report import rejected_row
 from tests.app.test_benchmark_compare import sweep as compare_sweep
 from tests.dashboard import data
 from tests.dashboard.conftest import Dashboard

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from drafting.ml.demo_assets import SPECIALS, WORDS, successor_target
+from cli.demo.constructed import SPECIALS, WORDS, successor_target
 
 END_ID = SPECIALS.index("<|end|>")
 HIDDEN = 64

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from contract.reasons import TerminationReason
+from drafting.context import StageError
 from drafting.generation.holdout import load_holdout
 from drafting.stages import generate
-from drafting.stages.base import StageError
 from tests.generation.conftest import generate_params, output_records, write_prompts
 from tests.serving.conftest import RecordingContext
 

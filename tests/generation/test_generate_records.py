@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.demo.constructed import build_tokenizer
 from contract.params.generate import SelfPromptParams
 from drafting.generation.client import Completion
 from drafting.generation.inputs import Conversation, Rejected, count_records, read_prompts
@@ -17,7 +18,6 @@ from drafting.generation.output import DurableWriter, OutputMismatch, prepare_ou
 from drafting.generation.runner import turn_seed
 from drafting.generation.self_prompts import SelfPromptPlan
 from drafting.generation.template import template_facts
-from drafting.ml.demo_assets import build_tokenizer
 from drafting.userfiles import UserFileError
 from tests.generation.conftest import write_prompts
 

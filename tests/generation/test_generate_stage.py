@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from cli.demo.constructed import build_tokenizer
 from contract.reasons import TerminationReason
+from drafting.context import StageCancelled, StageError
 from drafting.generation.output import OutputMismatch
 from drafting.ml.conversations import tokenize_file
-from drafting.ml.demo_assets import build_tokenizer
 from drafting.stages import generate
-from drafting.stages.base import StageCancelled, StageError
 from drafting.userfiles import UserFileError
 from tests.generation.conftest import generate_params, output_records, received, write_prompts
 from tests.generation.targets import END_ID, answer_words

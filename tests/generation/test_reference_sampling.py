@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from drafting.serving._reference_http import BadRequest, _sampling
-from drafting.serving._reference_sampling import Sampling, sample_decode
-from drafting.serving.decoding import DecodeLimits, greedy_decode
-from drafting.serving.models import load_models
-from drafting.serving.reference_engine import EngineOptions, ReferenceEngine, stop_token_ids
+from drafting.serving.engine._reference_http import BadRequest, _sampling
+from drafting.serving.engine._reference_sampling import Sampling, sample_decode
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode
+from drafting.serving.engine.models import load_models
+from drafting.serving.engine.reference_engine import EngineOptions, ReferenceEngine, stop_token_ids
 from tests.generation.targets import END_ID
 
 

@@ -1,7 +1,7 @@
 """What tests/gpu/test_smoke_draft_dtype.py serves, built on the CPU: a constructed target, an EAGLE-3 draft
 fitted to it, saved twice.
 
-OUT/target             the constructed successor Llama (drafting.ml.demo_assets), bf16, with its tokenizer
+OUT/target             the constructed successor Llama (cli.demo.constructed), bf16, with its tokenizer
 OUT/draft_speculators  the fitted draft re-saved through speculators' own classes (save_pretrained, bf16):
                        the layout a speculators-trained draft arrives in
 OUT/draft_native       the same tensors saved by eyas in SGLang's native layout (`midlayer.*`, torch_dtype)
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from drafting.ml.demo_assets import successor_target
+from cli.demo.constructed import successor_target
 from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
-from drafting.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode, speculative_decode
 from tests._drafts import speculators_model
 from testsupport.tiny_pair import fit_drafter
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from cli.demo.constructed import successor_target, write_jsonl
 from contract.params.extract import ExtractParams
 from contract.params.train import TrainParams
-from drafting.ml.demo_assets import successor_target, write_jsonl
+from drafting.context import RecordingSink, StageContext
 from drafting.stages import extract, train
-from drafting.stages.base import RecordingSink, StageContext
 from tests.gpu._child import in_child
 from testsupport.successor_chats import successor_chat
 

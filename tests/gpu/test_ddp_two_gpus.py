@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from contract.params.train import TrainParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml.train_state import load_state
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageContext
 from tests.gpu._child import in_child
 from tests.ml.tiny import TINY_CONFIG, successor_extraction
 

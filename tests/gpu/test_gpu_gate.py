@@ -14,9 +14,9 @@ import pytest
 from contract.params.gpu_check import GpuCheckParams
 from contract.reasons import TerminationReason
 from drafting import proc
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.hostinfo import gate
 from drafting.stages import gpu_check
-from drafting.stages.base import RecordingSink, StageContext, StageError
 
 HOLD = (
     "import torch, time; x = torch.empty(2 * 2**30, dtype=torch.uint8, device='cuda');"

@@ -12,8 +12,8 @@ from typing import Any
 from contract.params.extract import ExtractParams
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.stages import extract, train
-from drafting.stages.base import RecordingSink, StageContext, StageError
 from tests.gpu._child import in_child
 from testsupport.random_llama import LLAMA_1_5B_VOCAB_32K, long_conversations, save_random_llama
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from drafting.checkpoint import fix_checkpoint
-from drafting.serving.smoke import SmokeReport
-from drafting.serving.smoke_local import SmokeRequest, run_local_smoke
+from drafting.serving.evaluation.smoke import SmokeReport
+from drafting.serving.evaluation.smoke_local import SmokeRequest, run_local_smoke
 from tests.gpu.draft_dtype_inputs import build
 
 SGLANG_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]

@@ -24,11 +24,11 @@ from safetensors.torch import load_file
 from torch import nn
 
 from contract.params.extract import ExtractParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml._config import aux_capture_of, aux_layers_of, drafter_config
 from drafting.ml.capture import capture_hidden_states, decoder_of, extraction_indices
 from drafting.ml.hidden_store import hidden_path
 from drafting.stages import extract
-from drafting.stages.base import RecordingSink, StageContext
 from drafting.support_matrix import CaptureKind, support_for
 from drafting.support_matrix.releases import installed_release, recorded_tables
 from drafting.support_matrix.scan import installed_models_dir

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
+from drafting.context import StageCancelled, StageContext
 from drafting.ml._dataset import read_dataset_rows
 from drafting.ml._writer import AsyncWriter, Written
 from drafting.ml.capture import capture_layers, decoder_of
@@ -35,10 +36,9 @@ from drafting.ml.sglang_extraction import (
     packed_states,
     too_long,
 )
-from drafting.serving.sglang_parser import installed_sglang_version
+from drafting.serving.launch.sglang_parser import installed_sglang_version
 from drafting.stages import extract
 from drafting.stages._extract_sglang import _agree_on_cancel, host_problem
-from drafting.stages.base import StageCancelled, StageContext
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import chat, random_target, write_jsonl
 

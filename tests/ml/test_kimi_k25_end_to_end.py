@@ -20,14 +20,15 @@ import pytest
 from contract.params.checkpoint import FixKeysParams
 from contract.params.extract import ExtractParams
 from contract.params.launch import LaunchParams
-from drafting.checkpoint import Severity, diagnose
+from drafting.checkpoint import diagnose
+from drafting.context import StageContext
+from drafting.findings import Severity
 from drafting.ml.target_head import load_target_head
-from drafting.serving.checks import prepare_launch
-from drafting.serving.render import HostFacts
-from drafting.serving.sglang_parser import parse_with_sglang, sglang_parser
+from drafting.serving.launch.checks import prepare_launch
+from drafting.serving.launch.render import HostFacts
+from drafting.serving.launch.sglang_parser import parse_with_sglang, sglang_parser
 from drafting.stages import extract, fix_keys, generate, train
 from drafting.stages import launch as launch_stage
-from drafting.stages.base import StageContext
 from tests.conftest import free_port
 from tests.generation.conftest import generate_params, output_records, write_prompts
 from tests.ml.tiny import cpu_train_params

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from contract.reasons import TerminationReason
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.ml.objective import Targets, ttt_objective
 from drafting.ml.packing import RowLayout, epoch_packs, packing_report, row_layout
 from drafting.ml.train_data import Batch, Collate, epoch_batches, run_steps, split_indices
 from drafting.ml.trainer import Trainer
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageContext, StageError
 from tests.ml.tiny import cpu_train_params, successor_extraction
 from tests.ml.tiny_trainer import TTT, batch_of_one, random_sample, tiny_trainer
 

@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from app.core.config import Settings
 from contract.params.extract import ExtractParams
 from contract.params.train import TrainParams
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.ml.hidden_store import hidden_path, load_sample, read_manifest
 from drafting.ml.train_state import STATE_FILE, load_state
 from drafting.stages import extract, train
-from drafting.stages.base import RecordingSink, StageContext, StageError
 from tests.conftest import WorkerProcess
 from tests.ml.tiny import (
     TINY_CONFIG,

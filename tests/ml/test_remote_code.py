@@ -23,11 +23,11 @@ from app.core.config import Settings
 from contract.params.extract import ExtractParams
 from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
+from drafting.context import StageContext, StageError
 from drafting.ml.target_head import load_target_head
 from drafting.ml.text_model import RemoteCodeRefused, load_text_model, text_model_spec
 from drafting.stages import extract, launch, train
 from drafting.stages._torchrun import torchrun_argv
-from drafting.stages.base import StageContext, StageError
 from tests.conftest import WorkerProcess
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import chat, cpu_train_params, write_jsonl

@@ -17,7 +17,7 @@ from drafting.ml.simulated_acceptance import accept_lengths, walk, walk_row
 from drafting.ml.target_head import TargetHead, load_target_head
 from drafting.ml.train_data import Batch
 from drafting.ml.trainer import OptimSettings, Trainer, make_optimizer
-from drafting.serving.decoding import DecodeLimits, speculative_decode
+from drafting.serving.engine.decoding import DecodeLimits, speculative_decode
 from testsupport.tiny_pair import make_pair
 
 

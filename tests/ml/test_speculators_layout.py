@@ -35,12 +35,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from contract.params.extract import ExtractParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml._dataset import read_dataset_rows, read_token_freq
 from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import HiddenStateDataset, open_extraction
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages import extract
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.speculators_offline import offline_loaders
 from tests.ml.tiny import chat, random_target, write_jsonl
 

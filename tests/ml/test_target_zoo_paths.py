@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from contract.params.extract import ExtractParams
+from drafting.context import StageContext
 from drafting.ml.hidden_store import load_sample
 from drafting.ml.target_head import load_target_head
 from drafting.ml.text_model import load_text_model
 from drafting.stages import extract, generate, train
-from drafting.stages.base import StageContext
 from tests.generation.conftest import generate_params, output_records, write_prompts
 from tests.ml.tiny import cpu_train_params
 from tests.target_zoo import EOS, SERVED, VOCAB, build
@@ -82,7 +82,7 @@ def test_generate_extract_and_train_on_every_servable_zoo_target(tmp_path: Path,
 def test_the_reference_engine_stops_gemma3_multimodal_at_its_text_eos(tmp_path: Path) -> None:
     """A multimodal config's eos_token_id sits in its text config (transformers 5's Gemma3Config has none
     at the top): the engine reads it there and from config.json, and the answers stop at it."""
-    from drafting.serving.models import load_models
+    from drafting.serving.engine.models import load_models
 
     target = build("gemma3_multimodal", tmp_path / "target")
     models = load_models(str(target), None, device=torch.device("cpu"), dtype=torch.float32)

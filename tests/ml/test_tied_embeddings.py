@@ -19,14 +19,15 @@ from safetensors.torch import load_file
 
 from contract.params.checkpoint import FixKeysParams
 from contract.params.extract import ExtractParams
-from drafting.checkpoint import Severity, diagnose
+from drafting.checkpoint import diagnose
+from drafting.context import StageContext
+from drafting.findings import Severity
 from drafting.ml.target_head import load_target_head
 from drafting.ml.text_model import TargetModelError
-from drafting.serving.evaluation import evaluate_acceptance
-from drafting.serving.models import load_models
+from drafting.serving.engine.models import load_models
+from drafting.serving.evaluation.offline import evaluate_acceptance
 from drafting.serving.prompts import prepare_prompts
 from drafting.stages import extract, fix_keys, train
-from drafting.stages.base import StageContext
 from tests.ml.tiny import chat, cpu_train_params, random_target, write_jsonl
 from tests.realmodels.targets import realmodel, smollm2_target
 

@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
+from drafting.context import RecordingSink, StageCancelled, StageContext, StageError
 from drafting.ml.hidden_store import hidden_path, write_safetensors
 from drafting.ml.train_state import load_state
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageCancelled, StageContext, StageError
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import cpu_train_params, random_target, successor_extraction
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from contract.params.train import TrainParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml import trainer as trainer_module
 from drafting.ml.checkpoint_choice import choose
 from drafting.ml.objective import accept_length, summarise
 from drafting.ml.trainer import OptimSettings
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.tiny import cpu_train_params, successor_extraction
 
 STEPS_PER_EPOCH = 16  # 40 conversations, 8 held out, batches of 2

@@ -15,9 +15,9 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from contract.params.train import TrainParams
+from drafting.context import RecordingSink, StageContext
 from drafting.ml import trainer
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.stage_process import run_stage_process
 from tests.ml.tiny import TINY_CONFIG, cpu_train_params, successor_extraction
 

@@ -15,12 +15,12 @@ import pytest
 
 from contract.params.extract import ExtractParams
 from contract.reasons import TerminationReason
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.ml.checkpoint_choice import choose
 from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import training_subset
 from drafting.ml.train_state import load_state
 from drafting.stages import extract, train
-from drafting.stages.base import RecordingSink, StageContext, StageError
 from tests.ml.tiny import WORDS, cpu_train_params, random_target, successor_target, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from drafting.context import RecordingSink, StageContext
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.tiny import cpu_train_params, successor_extraction
 
 

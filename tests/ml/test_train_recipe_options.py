@@ -14,11 +14,12 @@ from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from contract.params.train import TrainParams
-from drafting.checkpoint import Severity, diagnose
+from drafting.checkpoint import diagnose
+from drafting.context import RecordingSink, StageContext
+from drafting.findings import Severity
 from drafting.ml.drafter import load_drafter
 from drafting.ml.target_head import load_target_head
 from drafting.stages import train
-from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.tiny import cpu_train_params, successor_extraction
 
 DRAFT_VOCAB = 48

@@ -17,6 +17,7 @@ from contract.params.extract import ExtractParams
 from contract.params.selftest import SelftestParams
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
+from drafting.context import RecordingSink, StageContext, StageError
 from drafting.ml import hidden_store, train_state
 from drafting.ml._checkpoint import read_drafter_config
 from drafting.ml._dataset import file_sha256, read_dataset_rows, read_token_freq, tokenizer_sha256
@@ -25,7 +26,6 @@ from drafting.ml.extraction import load_target_model
 from drafting.ml.target_head import load_target_head
 from drafting.ml.train_data import open_extraction
 from drafting.stages import extract, selftest, train
-from drafting.stages.base import RecordingSink, StageContext, StageError
 from drafting.userfiles import Cap, UserFileError
 from tests.ml.guard import run_guarded
 from tests.ml.stage_process import run_stage_process

@@ -1,4 +1,4 @@
-"""Tiny targets for the tests: the demo assets (drafting/ml/demo_assets.py) plus random ones."""
+"""Tiny targets for the tests: the demo assets (cli/demo/constructed.py) plus random ones."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from contract.params.train import TrainParams
-from drafting.ml.demo_assets import (
+from cli.demo.constructed import (
     CHAT_TEMPLATE,
     SPECIALS,
     TINY_CONFIG,
@@ -21,7 +20,8 @@ from drafting.ml.demo_assets import (
     successor,
     write_jsonl,
 )
-from drafting.ml.demo_assets import successor_target as _demo_target
+from cli.demo.constructed import successor_target as _demo_target
+from contract.params.train import TrainParams
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -63,8 +63,8 @@ def successor_extraction(
     """(target, extraction) of the successor task: conversations made and extracted on the CPU. A list of
     `words` gives the conversations those lengths in turn (samples of several lengths)."""
     from contract.params.extract import ExtractParams
+    from drafting.context import StageContext
     from drafting.stages import extract
-    from drafting.stages.base import StageContext
 
     target = successor_target(root / "target")
     rng = random.Random(seed)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli.demo.constructed import build_tokenizer, successor_target
 from contract.params.benchmark import BenchmarkParams
 from contract.params.launch import LaunchParams
-from drafting.ml.demo_assets import build_tokenizer, successor_target
 from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
 from drafting.prompting.chat import render_ids
 from drafting.serving.prompts.chat_source import server_tokenizer_folder

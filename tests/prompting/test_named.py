@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from cli.demo.constructed import build_tokenizer
 from contract.params.common import PROMPT_SET_NAMES
 from contract.params.evaluate import EvalParams
-from drafting.ml.demo_assets import build_tokenizer
 from drafting.prompting.named import NAMED_SETS, resolve_source
 from drafting.serving.prompts import load_prompts, prepare_prompts, render_chat, set_summary
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drafting.ml.demo_assets import build_tokenizer
+from cli.demo.constructed import build_tokenizer
 from drafting.serving.prompts import Prompt
 from drafting.serving.prompts.chat_source import raw_text_note
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from drafting.ml.demo_assets import build_tokenizer
+from cli.demo.constructed import build_tokenizer
 from drafting.prompting.chat import (
     evaluation_messages,
     messages_through_user_turn,

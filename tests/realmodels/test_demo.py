@@ -74,7 +74,7 @@ def test_demo_writes_a_real_model_pipeline_from_prompts(tmp_path: Path) -> None:
 def test_demo_gpu_writes_the_recipe_measured_on_the_h200(tmp_path: Path) -> None:
     """`--gpu`: GPU run 12's recipe (SGLang, 16,000 self-prompted conversations, lr 1e-3 x 10), MT-Bench cut
     into the 8 questions the sweep asks and the other 72 as the held-out set; every param valid."""
-    from drafting.realmodels.demo import GPU_CONFIGS
+    from cli.demo.real import GPU_CONFIGS
 
     demo = tmp_path / "demo"
     _seed_cached_target(demo / "target")

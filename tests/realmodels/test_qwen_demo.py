@@ -9,10 +9,10 @@ from pathlib import Path
 
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
+from cli.demo.real import QWEN_GPU_SWEEP, demo_pipeline_spec, demo_prompt_counts
 from contract.stages import parse_params
 from drafting.prompting.named import resolve_source
 from drafting.prompting.split import split_prompt_file
-from drafting.realmodels.demo import QWEN_GPU_SWEEP, demo_pipeline_spec, demo_prompt_counts
 from drafting.serving.prompts import load_prompts
 
 TARGET = "qwen2.5-coder-1.5b"

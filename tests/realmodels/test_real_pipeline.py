@@ -15,11 +15,11 @@ from typing import Any
 
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
+from cli.demo.real import real_pipeline_spec
 from contract.stages import parse_params
-from drafting.realmodels.demo import real_pipeline_spec
+from drafting.context import StageContext
 from drafting.serving.prompts import prepare_prompts
 from drafting.stages import load_stage
-from drafting.stages.base import StageContext
 from tests.realmodels.targets import realmodel, smollm2_target
 
 pytestmark = realmodel

@@ -17,7 +17,7 @@ from drafting.prompting.chat import render_ids
 from drafting.realmodels import REAL_TARGETS, build_target
 from drafting.realmodels.gguf_build import MARKER, TargetBuildError, read_marker
 from drafting.realmodels.smollm2 import BUILDER_VERSION, EXPECTED, build_smollm2, packaged_gguf
-from drafting.serving.decoding import DecodeLimits, greedy_decode
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode
 from tests.realmodels.targets import gguf_sha256, realmodel, smollm2_target
 
 pytestmark = realmodel

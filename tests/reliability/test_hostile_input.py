@@ -167,7 +167,8 @@ def test_hostile_job_submissions_are_refused_and_change_nothing(
 
 
 # Flags eyas renders itself, and flags that read more flags from a file, are refused by the launch stage on
-# the host (drafting/serving/flag_checks.py) but not at submit: the API answers 201 and the job fails later.
+# the host (drafting/serving/launch/flag_checks.py) but not at submit: the API answers 201 and the job fails
+# later.
 SMUGGLED_FLAGS = [
     ["--tp-size", "8"],  # more GPUs than the lease
     ["--port", "22"],

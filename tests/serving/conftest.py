@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from drafting.stages.base import RecordingSink, StageContext
+from drafting.context import RecordingSink, StageContext
 from tests._torch_threads import one_torch_thread  # noqa: F401 - an autouse fixture for this folder
 from testsupport.tiny_pair import TinyPair, make_pair
 

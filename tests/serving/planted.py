@@ -1,4 +1,4 @@
-"""Planted numerics on the constructed successor target (drafting.ml.demo_assets), shared by the divergence
+"""Planted numerics on the constructed successor target (cli.demo.constructed), shared by the divergence
 tests of eval, of the smoke check and of the sweep.
 
 - a near-tie: after TIED the target's top two logits are its successor and RIVAL, PLANTED_MARGIN apart;
@@ -6,8 +6,8 @@ tests of eval, of the smoke check and of the sweep.
   FLIP_BELOW logits, as a bf16 kernel with another reduction order can;
 - a lossy verify (`keep_every_draft`): every draft is kept without comparing it with the target's choice.
 
-Both faults are planted in eyas's own decoder (drafting.serving.decoding), not mocked: in the test's process
-with `plant(kind, monkeypatch.setattr)`, in the reference engine's server processes with `in_servers`.
+Both faults are planted in eyas's own decoder (drafting.serving.engine.decoding), not mocked: in the test's
+process with `plant(kind, monkeypatch.setattr)`, in the reference engine's server processes with `in_servers`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from drafting.ml.demo_assets import SPECIALS, successor, successor_target
+from cli.demo.constructed import SPECIALS, successor, successor_target
 from drafting.ml.drafter import Eagle3Drafter, default_aux_layers
-from drafting.serving import decoding
+from drafting.serving.engine import decoding
 
 TIED = len(SPECIALS) + 5  # at this token the target's top two are its successor and RIVAL
 RIVAL = len(SPECIALS) + 20
@@ -93,7 +93,8 @@ def flipping(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def plant(kind: str, set_attribute: Callable[[Any, str, Any], None] = setattr) -> None:
-    """Plant `kind` ("flip" or "lossy") in drafting.serving.decoding (in a test: monkeypatch.setattr)."""
+    """Plant `kind` ("flip" or "lossy") in drafting.serving.engine.decoding (in a test:
+    monkeypatch.setattr)."""
     if kind == "lossy":
         set_attribute(decoding, "_matching_prefix", keep_every_draft)
     elif kind == "flip":

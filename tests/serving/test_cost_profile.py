@@ -16,7 +16,7 @@ from contract.speed_model import (
     predict_from_profile,
     predicted_speedup,
 )
-from drafting.serving.cost_profile import CostProfile, annotate, predictions
+from drafting.serving.benchmark.cost_profile import CostProfile, annotate, predictions
 
 NEW_TOKENS = 128
 BASE = StepCost(prefill_s=0.020, step_s=0.010)

@@ -1,7 +1,7 @@
 """eval's output check: a divergent speculative output is judged by the target at its first divergent
 position, and only a real loss fails it.
 
-Real torch decoding on the constructed successor target (drafting.ml.demo_assets) with a planted near-tie (the
+Real torch decoding on the constructed successor target (cli.demo.constructed) with a planted near-tie (the
 target's top two logits 0.1 apart after TIED). The two faults are planted in eyas's own decoder, not mocked
 (tests.serving.planted): a lossy verify keeps every draft without comparing it with the target's choice; a
 rounding flip makes the verify forward pick the runner-up wherever the top two are within 0.2 logits, as a
@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 import torch
 
+from cli.demo.constructed import SPECIALS, successor
 from contract.params.evaluate import EvalParams
-from drafting.ml.demo_assets import SPECIALS, successor
+from drafting.context import StageContext
 from drafting.ml.drafter import save_drafter
-from drafting.serving.evaluation import evaluate_acceptance
-from drafting.serving.models import load_models
+from drafting.serving.engine.models import load_models
+from drafting.serving.evaluation.offline import evaluate_acceptance
 from drafting.serving.prompts import Prompt
 from drafting.stages import evaluate
-from drafting.stages.base import StageContext
 from tests.serving import planted
 from tests.serving.planted import PLANTED_MARGIN, RIVAL, TIED, random_drafter
 

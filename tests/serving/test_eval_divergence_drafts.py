@@ -12,8 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from drafting.ml.drafter import Eagle3Drafter, aux_hidden_states, load_drafter
-from drafting.serving import decoding
-from drafting.serving.decoding import DecodeLimits, speculative_decode
+from drafting.serving.engine import decoding
+from drafting.serving.engine.decoding import DecodeLimits, speculative_decode
 from testsupport.tiny_pair import make_pair
 
 

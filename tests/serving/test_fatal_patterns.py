@@ -49,7 +49,7 @@ def test_fatal_lines_are_still_caught(line: str, name: str) -> None:
 def test_the_exception_line_past_a_long_traceback_is_named() -> None:
     # As on the H200 (bench/results/h200_draft-dtype-smoke_eyas-0.1.0_sglang-0.5.14.json): a CUDA-graph
     # capture traceback longer than the quoted context; the line that names the cause closes it.
-    from drafting.serving.server_log import ServerLog
+    from drafting.serving.launch.server_log import ServerLog
 
     log = ServerLog()
     log.feed("[2026-12-01 21:30:13] Scheduler hit an exception: Traceback (most recent call last):")
@@ -71,7 +71,7 @@ def test_the_exception_line_past_a_long_traceback_is_named() -> None:
 
 
 def test_no_exception_line_means_no_cause() -> None:
-    from drafting.serving.server_log import ServerLog
+    from drafting.serving.launch.server_log import ServerLog
 
     log = ServerLog()
     log.feed("Decode batch, #running-req: 1, accept len: 2.50")

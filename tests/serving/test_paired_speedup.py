@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from contract.paired_interval import BOOTSTRAP_UP_TO, delta_interval, percentile_bootstrap
-from drafting.serving.load_client import RequestRecord
-from drafting.serving.paired_speedup import RequestPair, log_speedup, pair_records, paired_speedup
-from drafting.serving.sweep_gate import release_gate
+from drafting.serving.benchmark.load_client import RequestRecord
+from drafting.serving.benchmark.paired_speedup import RequestPair, log_speedup, pair_records, paired_speedup
+from drafting.serving.benchmark.sweep_gate import release_gate
 
 TOKENS = 128
 

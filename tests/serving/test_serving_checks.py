@@ -8,13 +8,15 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from contract.params.launch import LaunchParams
-from drafting.serving.checks import prepare_launch
-from drafting.serving.findings import Finding, Severity
-from drafting.serving.host_checks import check_shm, stale_shm_segments
-from drafting.serving.render import HostFacts
-from drafting.serving.tensor_parallel import check_tp_size, tp_fits, valid_tp_sizes
+from drafting.findings import Finding, Severity
+from drafting.serving.launch.checks import prepare_launch
+from drafting.serving.launch.host_checks import check_shm, stale_shm_segments
+from drafting.serving.launch.render import HostFacts
+from drafting.serving.launch.tensor_parallel import check_tp_size, tp_fits, valid_tp_sizes
 from tests.conftest import free_port
 from testsupport.tiny_pair import TinyPair, make_pair
 
@@ -66,7 +68,7 @@ def own_pair(tmp_path: Path) -> TinyPair:
 def test_a_good_pair_passes_every_check(tiny_pair: TinyPair, shm: Path) -> None:
     findings = prepared(launch(tiny_pair), shm)
     assert [f for f in findings if f.severity is Severity.ERROR] == []
-    assert not {"DOCTOR_SKIPPED", "DOCTOR_CRASHED"} & {f.code for f in findings}
+    assert "DOCTOR_CRASHED" not in {f.code for f in findings}
 
 
 def test_missing_model_and_draft_folders(tmp_path: Path, shm: Path) -> None:
@@ -86,6 +88,24 @@ def test_the_draft_doctor_runs_for_the_host_sglang_version(tiny_pair: TinyPair, 
     findings = prepared(launch(tiny_pair), shm)
     doctor = [f for f in findings if f.message.startswith("draft doctor:")]
     assert doctor, "the doctor's findings are part of the launch checks"
+
+
+def test_the_draft_doctor_s_findings_keep_the_tensors_they_name(own_pair: TinyPair, shm: Path) -> None:
+    weights = own_pair.draft / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["optimizer.step"] = torch.zeros(1)  # a tensor SGLang's draft model never loads
+    save_file(tensors, weights)
+    ignored = by_code(prepared(launch(own_pair), shm), "TENSOR_IGNORED")
+    assert ignored.message.startswith("draft doctor:")
+    assert ignored.subjects == ("optimizer.step",)
+    # a launch finding is stored with the doctor's keys, subjects included
+    assert ignored.to_dict() == {
+        "severity": str(ignored.severity),
+        "code": "TENSOR_IGNORED",
+        "message": ignored.message,
+        "fix": ignored.fix,
+        "subjects": ["optimizer.step"],
+    }
 
 
 def test_draft_context_shorter_than_the_target_needs_the_env_var(own_pair: TinyPair, shm: Path) -> None:

@@ -21,12 +21,12 @@ from contract.params.benchmark import BenchmarkParams
 from contract.params.evaluate import EvalParams
 from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
-from drafting.serving.decoding import DecodeLimits, greedy_decode
-from drafting.serving.models import load_models
+from drafting.context import StageError
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode
+from drafting.serving.engine.models import load_models
 from drafting.stages import benchmark as benchmark_stage
 from drafting.stages import evaluate as evaluate_stage
 from drafting.stages import launch as launch_stage
-from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, StageThread, start_stage
 from testsupport.tiny_pair import TinyPair

@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from contract.params.launch import LaunchParams
-from drafting.serving.findings import Severity
-from drafting.serving.render import HostFacts, RenderedLaunch, render_launch
-from drafting.serving.sglang_parser import parse_with_sglang, sglang_parser
+from drafting.findings import Severity
+from drafting.serving.launch.render import HostFacts, RenderedLaunch, render_launch
+from drafting.serving.launch.sglang_parser import parse_with_sglang, sglang_parser
 
 EAGLE3_DRAFT = {"architectures": ["LlamaForCausalLMEagle3"]}
 
@@ -231,7 +231,7 @@ def test_extra_args_with_control_characters_or_a_bad_host_are_refused_at_validat
 
 def test_reference_engine_renders_its_own_module_and_refuses_trees() -> None:
     rendered = render_launch(spec(engine="reference", depth=4, extra_args=["--enable-metrics"]))
-    assert rendered.argv[1:3] == ["-m", "drafting.serving.reference_engine"]
+    assert rendered.argv[1:3] == ["-m", "drafting.serving.engine.reference_engine"]
     assert flag_value(rendered.argv, "--depth") == "4"
     assert "--enable-metrics" not in rendered.argv
     assert "EXTRA_ARGS_IGNORED" in codes(rendered, Severity.INFO)

@@ -13,8 +13,8 @@ import pytest
 
 from contract.params.launch import LaunchParams
 from contract.reasons import TerminationReason
+from drafting.context import StageCancelled, StageError
 from drafting.stages import launch as launch_stage
-from drafting.stages.base import StageCancelled, StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext, start_stage
 from testsupport.tiny_pair import TinyPair

@@ -13,10 +13,11 @@ import pytest
 from app.benchmarks.paired import compare
 from contract.params.benchmark import BenchmarkParams, SpecConfig
 from contract.reasons import TerminationReason
-from drafting.serving import load_client
-from drafting.serving.sweep import format_table, release_gate, run_sweep
+from drafting.context import StageError
+from drafting.serving.benchmark import load_client
+from drafting.serving.benchmark.sweep import format_table, release_gate, run_sweep
 from drafting.stages import benchmark as benchmark_stage
-from drafting.stages.base import StageError, stage_prompts
+from drafting.stages.prompt_sets import stage_prompts
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
 from testsupport.tiny_pair import TinyPair

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from contract.params.launch import LaunchParams
-from drafting.serving.checks import prepare_launch
-from drafting.serving.findings import Finding, Severity
-from drafting.serving.render import HostFacts
-from drafting.serving.sglang_parser import installed_sglang_version
+from drafting.findings import Finding, Severity
+from drafting.serving.launch.checks import prepare_launch
+from drafting.serving.launch.render import HostFacts
+from drafting.serving.launch.sglang_parser import installed_sglang_version
 from tests import target_zoo as zoo
 from tests.conftest import ROOT, free_port
 from tests.zoo_drafts import zoo_draft

@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from drafting.serving.bench_stats import percentile, summarize
-from drafting.serving.load_client import LoadOptions, RequestRecord, _merge_ids, request_body, requests_digest
+from drafting.serving.benchmark.bench_stats import percentile, summarize
+from drafting.serving.benchmark.load_client import (
+    LoadOptions,
+    RequestRecord,
+    _merge_ids,
+    request_body,
+    requests_digest,
+)
+from drafting.serving.launch.server_log import ServerLog
 from drafting.serving.prompts import Prompt, load_prompts
-from drafting.serving.server_log import ServerLog
 
 
 def test_builtin_prompt_set_loads() -> None:

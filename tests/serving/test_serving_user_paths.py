@@ -12,9 +12,9 @@ import torch
 from contract.params.benchmark import BenchmarkParams
 from contract.params.evaluate import EvalParams
 from contract.reasons import TerminationReason
-from drafting.serving.models import load_models
+from drafting.context import StageContext, StageError
+from drafting.serving.engine.models import load_models
 from drafting.stages import benchmark, evaluate
-from drafting.stages.base import StageContext, StageError
 from drafting.userfiles import UserFileError
 from testsupport.tiny_pair import TinyPair
 

@@ -1,6 +1,6 @@
 """The load smoke test end to end on the CPU: eyas's reference engine in real processes, real drafts.
 
-The target is the constructed successor Llama (drafting.ml.demo_assets), declared bf16 like a real target (the
+The target is the constructed successor Llama (cli.demo.constructed), declared bf16 like a real target (the
 reference engine computes in float32); the trained draft is fitted to it for a few hundred steps.
 """
 
@@ -16,15 +16,15 @@ import psutil
 import pytest
 import torch
 
+from cli.demo.constructed import successor_target
 from contract.params.benchmark import BenchmarkParams
 from contract.reasons import TerminationReason
-from drafting.ml.demo_assets import successor_target
+from drafting.context import StageError
 from drafting.ml.drafter import Eagle3Drafter, default_aux_layers, save_drafter
-from drafting.serving.decoding import DecodeLimits, greedy_decode
-from drafting.serving.smoke import smoke_prompts
-from drafting.serving.smoke_local import SmokeRequest, run_local_smoke
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode
+from drafting.serving.evaluation.smoke import smoke_prompts
+from drafting.serving.evaluation.smoke_local import SmokeRequest, run_local_smoke
 from drafting.stages import benchmark as benchmark_stage
-from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving.conftest import RecordingContext
 from testsupport.tiny_pair import fit_drafter

@@ -1,6 +1,6 @@
 """The divergence classifier: a planted near-tie passes as one, a planted lossy verify fails as a real loss.
 
-Both run real torch decoding on constructed successor targets (drafting.ml.demo_assets); the near-tie and the
+Both run real torch decoding on constructed successor targets (cli.demo.constructed); the near-tie and the
 lossy verify (every draft accepted without checking it) are planted by tests.serving.planted, not mocked.
 """
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from drafting.ml.demo_assets import SPECIALS, successor
-from drafting.serving.decoding import DecodeLimits, greedy_decode, speculative_decode
-from drafting.serving.divergence import TargetScorer, classify, first_divergence, near_tie_bound
-from drafting.serving.smoke import Answer, SmokeOptions, judge
+from cli.demo.constructed import SPECIALS, successor
+from drafting.serving.engine.decoding import DecodeLimits, greedy_decode, speculative_decode
+from drafting.serving.evaluation.divergence import TargetScorer, classify, first_divergence, near_tie_bound
+from drafting.serving.evaluation.smoke import Answer, SmokeOptions, judge
 from tests.serving import planted
 from tests.serving.planted import PLANTED_MARGIN, RIVAL, THIRD, TIED, random_drafter
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from drafting.serving.speedup_stats import (
+from drafting.serving.benchmark.speedup_stats import (
     regularized_incomplete_beta,
     round_speedups,
     speedup_interval,

@@ -16,18 +16,18 @@ from typing import Any
 
 import pytest
 
+from cli.demo.constructed import SPECIALS, successor
 from contract.params.benchmark import BenchmarkParams, SpecConfig
 from contract.reasons import TerminationReason
-from drafting.ml.demo_assets import SPECIALS, successor
+from drafting.context import StageError
 from drafting.ml.drafter import save_drafter
-from drafting.serving import divergence
-from drafting.serving.benchmarking import BenchmarkRun
-from drafting.serving.load_client import RequestRecord
-from drafting.serving.sweep_gate import release_gate
-from drafting.serving.sweep_judge import SweepJudge
-from drafting.serving.sweep_report import ConfigRounds, config_row, judge_outputs
+from drafting.serving.benchmark.benchmarking import BenchmarkRun
+from drafting.serving.benchmark.load_client import RequestRecord
+from drafting.serving.benchmark.sweep_gate import release_gate
+from drafting.serving.benchmark.sweep_judge import SweepJudge
+from drafting.serving.benchmark.sweep_report import ConfigRounds, config_row, judge_outputs
+from drafting.serving.evaluation import divergence
 from drafting.stages import benchmark as benchmark_stage
-from drafting.stages.base import StageError
 from tests.conftest import free_port
 from tests.serving import planted
 from tests.serving.conftest import RecordingContext

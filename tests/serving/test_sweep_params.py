@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from contract.params.benchmark import BenchmarkParams, SpecConfig, tree_candidates
 from contract.params.launch import LaunchParams
-from drafting.serving.render import render_launch
-from drafting.serving.sglang_parser import parse_with_sglang, sglang_parser
-from drafting.serving.sweep_servers import server_spec
+from drafting.serving.benchmark.sweep_servers import server_spec
+from drafting.serving.launch.render import render_launch
+from drafting.serving.launch.sglang_parser import parse_with_sglang, sglang_parser
 
 EAGLE3_DRAFT = {"architectures": ["LlamaForCausalLMEagle3"]}
 LAUNCH = {"engine": "sglang", "model": "/models/target", "draft": "/models/draft", "max_running_requests": 8}

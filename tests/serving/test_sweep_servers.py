@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from contract.params.benchmark import BenchmarkParams, SpecConfig
-from drafting.serving.sweep_servers import (
+from drafting.serving.benchmark.sweep_servers import (
     MAX_FRACTION,
     memory_back,
     plan_layout,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from contract.params.gpu_check import GpuCheckParams
 from contract.reasons import TerminationReason
+from drafting.context import RecordingSink, StageContext, out_of_memory
 from drafting.hostinfo import gate, gpus, shm
 from drafting.stages import gpu_check
-from drafting.stages.base import RecordingSink, StageContext, out_of_memory
 
 
 def test_inventory_without_nvml_reports_zero_gpus_and_the_reason() -> None:

@@ -20,8 +20,8 @@ import pytest
 
 from contract.paths import install_paths
 from contract.reasons import TerminationReason
+from drafting.context import StageContext, StageError
 from drafting.safepaths import PathGuard, PathRefused, kernel_resolves_beneath, open_beneath
-from drafting.stages.base import StageContext, StageError
 
 pytestmark = pytest.mark.timeout(120)
 _AT_FDCWD = -100

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from drafting.serving.model_configs import read_config
+from drafting.serving.launch.model_configs import read_config
 from drafting.serving.prompts import load_prompts
 from drafting.userfiles import (
     Cap,

@@ -16,7 +16,7 @@ from app.core.limits import BodySizeLimit
 from app.core.methods import HeadAndOptions
 from app.core.openapi import install_openapi
 from app.core.security import FailureLimiter, PrincipalCache
-from app.jobs.maintenance import MaintenanceLoop
+from app.maintenance.loop import MaintenanceLoop
 from app.recorders import register_result_recorders
 
 GZIP_MIN_BYTES = 1024

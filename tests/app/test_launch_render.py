@@ -205,4 +205,4 @@ def test_render_refuses_a_target_class_sglang_cannot_serve_with_eagle3(
         in refused["message"]
     )
     assert "set_eagle3_layers_to_capture" in refused["message"]
-    assert client.get("/v1/servers", headers=admin).json() == []
+    assert client.get("/v1/servers", headers=admin).json()["items"] == []

@@ -18,7 +18,7 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.queue import send_job
 from app.jobs import lifecycle, repository
-from app.jobs.maintenance import tick
+from app.maintenance.loop import tick
 from app.models.base import utcnow
 from app.models.job import Job
 from drafting import proc

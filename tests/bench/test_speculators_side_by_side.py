@@ -239,7 +239,7 @@ def test_a_stalled_loader_dumps_every_threads_stack(capfd: pytest.CaptureFixture
         yield {"document_ids": torch.tensor([[0, 0, -1]])}
         import time
 
-        time.sleep(1.0)  # longer than stall_s: the dump fires while this generator waits
+        time.sleep(1.0)  # the stall under test: longer than stall_s, the dump fires meanwhile
         yield {"document_ids": torch.tensor([[0, -1, -1]])}
 
     record: dict[str, Any] = {"tokens": 0, "steps": 0, "stall_s": 0.3}

@@ -379,7 +379,7 @@ def test_imports_one_way_are_no_cycle() -> None:
         ("app.jobs.router", "from ..jobs import repository"),  # relative imports are resolved too
         ("bench.sweep_cpu", "from tests.serving.tiny import make_pair"),
         ("bench.load", "import tests.reliability._stack"),
-        ("testsupport.tiny_pair", "from tests.ml.tiny import chat"),
+        ("testsupport.tiny_pair", "from tests.conftest import make_token"),
         ("testsupport.random_llama", "from bench.extract import FULL"),
         ("drafting.stages.train", "from testsupport.tiny_pair import fit_drafter"),
         ("workers.runner", "import bench.journey"),

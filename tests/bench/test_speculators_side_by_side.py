@@ -29,9 +29,9 @@ from drafting.ml.train_data import split_indices
 from drafting.stages import extract
 from drafting.stages.base import RecordingSink, StageContext
 from tests.ml.speculators_offline import offline_loaders
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 
-HIDDEN = 32  # tests.ml.tiny's target
+HIDDEN = 32  # testsupport.tiny_targets' target
 SAMPLES = 16
 PIN_MEMORY = "ignore:'pin_memory' argument is set as true:UserWarning"  # speculators' loaders; no accelerator
 

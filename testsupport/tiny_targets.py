@@ -1,4 +1,4 @@
-"""Tiny targets for tests and benchmarks: the demo assets (drafting/ml/demo_assets.py) plus random ones."""
+"""Tiny targets for the tests: the demo assets (drafting/ml/demo_assets.py) plus random ones."""
 
 from __future__ import annotations
 

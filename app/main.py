@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -16,13 +17,14 @@ from app.core.limits import BodySizeLimit
 from app.core.methods import HeadAndOptions
 from app.core.openapi import install_openapi
 from app.core.security import FailureLimiter, PrincipalCache
-from app.jobs.maintenance import MaintenanceLoop
+from app.maintenance.loop import MaintenanceLoop
 from app.recorders import register_result_recorders
 
 GZIP_MIN_BYTES = 1024
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, clock: Callable[[], float] = time.monotonic) -> FastAPI:
+    """The API. `clock` (monotonic seconds) is what the token cache and the failure limiter read."""
     settings = settings or get_settings()
     register_result_recorders()
 
@@ -49,8 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redirect_slashes=False,
     )
     app.state.settings = settings
-    app.state.auth_limiter = FailureLimiter(settings.auth_failures_per_minute)
-    app.state.principal_cache = PrincipalCache(settings.auth_cache_s)
+    app.state.auth_limiter = FailureLimiter(settings.auth_failures_per_minute, clock=clock)
+    app.state.principal_cache = PrincipalCache(settings.auth_cache_s, clock=clock)
     install_error_handlers(app)
     install_openapi(app)
     include_routers(app)

@@ -99,7 +99,7 @@ def settings(base_settings: Settings) -> Settings:
 def _truncate_all(settings: Settings, attempts: int = 5) -> None:
     """TRUNCATE locks its tables one after another; a live server of the last test (the dashboard's, still
     polling) reading two of them in the other order is a deadlock PostgreSQL settles by aborting one side.
-    When that side is the TRUNCATE, it is simply tried again (seen once in a full suite run, 2026-12-02)."""
+    When that side is the TRUNCATE, it is simply tried again."""
     for attempt in range(attempts):
         try:
             with session_scope(settings) as session:

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from app.core.config import Settings
 from cli.demo.constructed import chat_prompt, demo_pipeline_spec
 from tests.conftest import WorkerProcess
-from tests.ml.tiny import chat, successor_target, write_jsonl
 from tests.test_cli import eyas
+from testsupport.tiny_targets import chat, successor_target, write_jsonl
 
 Headers = dict[str, str]
 

@@ -10,7 +10,6 @@ import time
 import uuid
 from typing import Any
 
-from app.artifacts import service as artifacts
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.jobs import lifecycle
@@ -95,7 +94,7 @@ class EventPump:
             case ArtifactEvent():
                 artifact = event
                 self._record(
-                    lambda s: artifacts.record_artifact(
+                    lambda s: lifecycle.record_artifact(
                         s,
                         job_id=self.job_id,
                         host=self.host,

@@ -9,7 +9,7 @@ import threading
 import time
 
 from app.core.config import Settings
-from app.jobs.maintenance import MaintenanceLoop
+from app.maintenance.loop import MaintenanceLoop
 from drafting import proc
 from workers import celery_app, host_agent
 from workers.runner import WORKER_STOPPING

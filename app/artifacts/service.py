@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -10,22 +11,22 @@ from sqlalchemy.orm import Session
 from app.artifacts import repository
 from app.core.errors import found_or_404
 from app.core.paging import decode_cursor, page_of
-from app.jobs import refs
-from app.jobs import repository as jobs_repo
 from app.models.artifact import Artifact
 from app.models.base import utcnow
 
 
 def record_artifact(
-    session: Session, *, job_id: uuid.UUID, host: str | None, kind: str, path: str, meta: dict[str, Any]
+    session: Session,
+    *,
+    job_id: uuid.UUID,
+    host: str | None,
+    kind: str,
+    path: str,
+    meta: dict[str, Any],
+    parents: Sequence[Artifact],
 ) -> Artifact:
-    """Record what a job produced. Its parents are the artifacts its params were filled from, or else every
-    artifact of the jobs it depended on."""
-    job = jobs_repo.get(session, job_id)
-    chosen = refs.referenced(session, job) if job is not None and job.param_refs else []
-    if not chosen:
-        chosen = repository.for_jobs(session, jobs_repo.dependency_ids(session, job_id))
-    parents = [str(a.id) for a in chosen]
+    """Record what a job produced, made from `parents`. Which artifacts those are is the jobs domain's rule
+    (app/jobs/lifecycle.py: record_artifact), so this domain knows nothing of jobs."""
     size = meta.get("bytes")
     artifact = Artifact(
         id=uuid.uuid4(),
@@ -35,11 +36,16 @@ def record_artifact(
         path=path,
         bytes=int(size) if isinstance(size, int | float) else None,
         meta=meta,
-        parent_ids=parents,
+        parent_ids=[str(a.id) for a in parents],
         created_at=utcnow(),
     )
     repository.add(session, artifact)
     return artifact
+
+
+def produced_by(session: Session, job_ids: list[uuid.UUID]) -> list[Artifact]:
+    """Every artifact the given jobs produced."""
+    return repository.for_jobs(session, job_ids)
 
 
 def get_artifact(session: Session, artifact_id: uuid.UUID) -> Artifact:

@@ -11,7 +11,7 @@ from app.benchmarks import repository
 from app.benchmarks.paired import NotComparable, compare
 from app.core.errors import AppError, ErrorCode, found_or_404
 from app.core.paging import decode_cursor, page_of
-from app.jobs import repository as jobs
+from app.jobs import service as jobs
 from app.models.base import utcnow
 from app.models.benchmark import BenchmarkResult
 
@@ -73,7 +73,7 @@ def compare_benchmarks(session: Session, a_id: uuid.UUID, b_id: uuid.UUID) -> di
 
 
 def _side(session: Session, result: BenchmarkResult) -> dict[str, Any]:
-    job = jobs.get(session, result.job_id)
+    job = jobs.find_job(session, result.job_id)
     params = job.params if job is not None and isinstance(job.params, dict) else {}
     launch = params.get("launch")
     launch = launch if isinstance(launch, dict) else {}

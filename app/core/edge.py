@@ -79,7 +79,8 @@ def _body_problem(scope: Scope, body: bytes) -> tuple[str, str, str] | None:
 
 def _is_json(scope: Scope) -> bool:
     """FastAPI parses a body as JSON when it has no content type or a JSON one; so do these checks."""
-    for name, value in scope.get("headers", []):
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for name, value in headers:
         if name == b"content-type":
             media = value.split(b";", 1)[0].strip().lower().decode("latin-1")
             maintype, _, subtype = media.partition("/")

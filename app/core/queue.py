@@ -80,10 +80,11 @@ class _RedisChannel(kombu_redis.Channel):
     _sender: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        # kombu's Channel._create_client has no annotations
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
         if self._sender is None:
-            self._sender = super()._create_client()
+            self._sender = super()._create_client()  # type: ignore[no-untyped-call]
         return self._sender
 
 

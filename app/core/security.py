@@ -56,8 +56,9 @@ class FailureLimiter:
     WINDOW_S = 60.0
     _PRUNE_ABOVE = 10_000  # clients tracked before the idle ones are dropped
 
-    def __init__(self, per_minute: int) -> None:
+    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_minute = per_minute
+        self._clock = clock  # seconds, monotonic; a test passes one it moves by hand
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
@@ -73,12 +74,12 @@ class FailureLimiter:
             if len(window) < self.per_minute:
                 return None
             oldest = window[len(window) - self.per_minute]
-            return max(1, math.ceil(oldest + self.WINDOW_S - time.monotonic()))
+            return max(1, math.ceil(oldest + self.WINDOW_S - self._clock()))
 
     def record_failure(self, client: str) -> None:
         with self._lock:
             window = self._window(client)
-            window.append(time.monotonic())
+            window.append(self._clock())
             while len(window) > max(self.per_minute, 1):
                 window.popleft()
             if len(self._failures) > self._PRUNE_ABOVE:
@@ -86,13 +87,13 @@ class FailureLimiter:
 
     def _window(self, client: str) -> deque[float]:
         window = self._failures.setdefault(client, deque())
-        cutoff = time.monotonic() - self.WINDOW_S
+        cutoff = self._clock() - self.WINDOW_S
         while window and window[0] < cutoff:
             window.popleft()
         return window
 
     def _prune(self) -> None:
-        cutoff = time.monotonic() - self.WINDOW_S
+        cutoff = self._clock() - self.WINDOW_S
         self._failures = {k: w for k, w in self._failures.items() if w and w[-1] >= cutoff}
 
 
@@ -107,8 +108,9 @@ class PrincipalCache:
 
     _PRUNE_ABOVE = 1024
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
+        self._clock = clock  # seconds, monotonic; a test passes one it moves by hand
         self._entries: dict[str, tuple[float, Principal]] = {}
         self._generation = 0
         self._lock = threading.Lock()
@@ -117,7 +119,7 @@ class PrincipalCache:
         """The cached principal, or load()'s (stored when it is one; refusals are never cached)."""
         if self.ttl_s <= 0:
             return load()
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             entry = self._entries.get(token_hash)
             if entry is not None and entry[0] > now:

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Path
 
 from app.core.deps import SessionDep, SettingsDep
 from app.hosts import service
-from app.hosts.schemas import HostRead
-from app.jobs.schemas import HOST_NAME_PATTERN
+from app.hosts.schemas import HOST_NAME_PATTERN, HostRead
 from app.tokens.deps import ReadPrincipal
 
 router = APIRouter(prefix="/v1/hosts", tags=["hosts"])

@@ -8,6 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# The name a worker registers its host under; every API field or path that names a host matches it.
+HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
 
 class LeaseRead(BaseModel):
     gpu_index: int

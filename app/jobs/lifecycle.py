@@ -12,12 +12,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.artifacts import service as artifacts_service
 from app.core.config import Settings
 from app.core.errors import AppError
 from app.core.queue import enqueue_after_commit
 from app.hosts import service as hosts_service
 from app.jobs import refs, repository, results
 from app.jobs.states import ACTIVE, TERMINAL, EventReason, JobState, TransitionConflict, plan, transition
+from app.models.artifact import Artifact
 from app.models.base import utcnow
 from app.models.job import Job
 from contract.reasons import TerminationReason
@@ -114,6 +116,20 @@ def record_progress(session: Session, *, job_id: uuid.UUID, fraction: float, mes
 
 def record_metrics(session: Session, *, job_id: uuid.UUID, rows: list[tuple[str, int, float]]) -> None:
     repository.add_metrics(session, job_id, rows)
+
+
+def record_artifact(
+    session: Session, *, job_id: uuid.UUID, host: str | None, kind: str, path: str, meta: dict[str, Any]
+) -> Artifact:
+    """Record what a job produced. Its parents are the artifacts its params were filled from, or else every
+    artifact of the jobs it depended on."""
+    job = repository.get(session, job_id)
+    parents = refs.referenced(session, job) if job is not None and job.param_refs else []
+    if not parents:
+        parents = artifacts_service.produced_by(session, repository.dependency_ids(session, job_id))
+    return artifacts_service.record_artifact(
+        session, job_id=job_id, host=host, kind=kind, path=path, meta=meta, parents=parents
+    )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.errors import AppError, ErrorCode
-from app.hosts import repository as hosts_repo
+from app.hosts import service as hosts_service
 from app.jobs import repository
 from contract.params.common import StageParams
 from contract.paths import normal, output_problem, overlap
@@ -24,7 +24,7 @@ from contract.paths import normal, output_problem, overlap
 
 def check_job_paths(session: Session, settings: Settings, host: str, params: StageParams) -> None:
     """422 PATH_NOT_ALLOWED naming the rule a path of `params` breaks; nothing is stored."""
-    known = hosts_repo.get(session, host)
+    known = hosts_service.find_host(session, host)
     roots = known.allowed_roots if known is not None else []
     if roots:  # with none registered, the worker checks them against its own, with symlinks resolved
         for path in params.host_paths():

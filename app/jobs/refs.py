@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.artifacts import repository as artifacts
+from app.artifacts import service as artifacts
 from app.jobs.params import validate_params
 from app.models.artifact import Artifact
 from app.models.job import Job
@@ -51,7 +51,7 @@ def fill(session: Session, job: Job) -> None:
 
 def _newest(session: Session, source: dict[str, str]) -> Artifact | None:
     """The newest artifact of the referenced kind that the referenced job produced."""
-    made_by = artifacts.for_jobs(session, [uuid.UUID(source["job"])])
+    made_by = artifacts.produced_by(session, [uuid.UUID(source["job"])])
     produced = [a for a in made_by if a.kind == source["artifact"]]
     return max(produced, key=lambda a: a.created_at) if produced else None
 

@@ -9,8 +9,9 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from app.core.deps import IdempotencyKey, SessionDep, SettingsDep, created_or_replayed
 from app.core.paging import PageCursor
+from app.hosts.schemas import HOST_NAME_PATTERN
 from app.jobs import service
-from app.jobs.schemas import HOST_NAME_PATTERN, JobCreate, JobEventRead, JobPage, JobRead, MetricRead
+from app.jobs.schemas import JobCreate, JobEventRead, JobPage, JobRead, MetricRead
 from app.jobs.states import JobState
 from app.jobs.waiting import wait_terminal
 from app.tokens.deps import ReadPrincipal, SubmitPrincipal

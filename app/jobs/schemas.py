@@ -8,9 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from app.hosts.schemas import HOST_NAME_PATTERN
 from app.jobs.states import TERMINAL, JobState
-
-HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class JobCreate(BaseModel):

@@ -7,8 +7,6 @@ import json
 import uuid
 from collections.abc import Callable
 
-from fastapi import Request
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -19,9 +17,9 @@ from app.core.paging import decode_cursor, page_of
 from app.core.queue import enqueue_after_commit
 from app.core.security import Principal
 from app.hosts import service as hosts_service
-from app.jobs import path_rules, refs, repository, waiting
+from app.jobs import path_rules, refs, repository
 from app.jobs.params import validate_params
-from app.jobs.schemas import JobCreate, JobRead
+from app.jobs.schemas import JobCreate
 from app.jobs.states import TERMINAL, EventReason, JobState, transition
 from app.models.base import utcnow
 from app.models.job import Job, JobEvent, JobMetric
@@ -86,31 +84,6 @@ def submit_job(
     return job, True
 
 
-async def submit_and_wait(
-    session: Session,
-    settings: Settings,
-    *,
-    spec: JobCreate,
-    principal: Principal,
-    hand_over: Callable[[], None],
-    timeout: float,
-    request: Request,
-) -> JobRead:
-    """Submit a job in the request's session, hand it over, and wait (up to `timeout`) for it to end.
-
-    `hand_over` is the request's unit of work ending its transaction (the router passes the session's commit):
-    the worker can only claim a committed row, and the job's message is sent once it commits. The wait then
-    reads in short sessions of its own, so no connection is held while the job runs."""
-
-    def submit() -> uuid.UUID:
-        job, _ = submit_job(session, settings, spec=spec, principal=principal)
-        hand_over()
-        return job.id
-
-    job_id = await run_in_threadpool(submit)
-    return await waiting.wait_terminal(settings, job_id, timeout, request)
-
-
 def _fill_refs_now(session: Session, job: Job) -> None:
     """Its dependencies already succeeded (a pipeline's retry): read their artifacts now."""
     try:
@@ -119,8 +92,12 @@ def _fill_refs_now(session: Session, job: Job) -> None:
         raise AppError(ErrorCode.UNKNOWN_DEPENDENCY, f"cannot retry: {exc}") from None
 
 
+def find_job(session: Session, job_id: uuid.UUID) -> Job | None:
+    return repository.get(session, job_id)
+
+
 def get_job(session: Session, job_id: uuid.UUID) -> Job:
-    return found_or_404(repository.get(session, job_id), f"no job {job_id}")
+    return found_or_404(find_job(session, job_id), f"no job {job_id}")
 
 
 def list_jobs(

@@ -1,18 +1,48 @@
-"""Waiting for a job to end without holding a database session or blocking the event loop."""
+"""Waiting for a job to end without holding a database session or blocking the event loop.
+
+Above app/jobs/service.py: it reads jobs through the service in short sessions of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.db import session_scope
+from app.core.security import Principal
 from app.jobs import service
-from app.jobs.schemas import JobRead
+from app.jobs.schemas import JobCreate, JobRead
+
+
+async def submit_and_wait(
+    session: Session,
+    settings: Settings,
+    *,
+    spec: JobCreate,
+    principal: Principal,
+    hand_over: Callable[[], None],
+    timeout: float,
+    request: Request,
+) -> JobRead:
+    """Submit a job in the request's session, hand it over, and wait (up to `timeout`) for it to end.
+
+    `hand_over` is the request's unit of work ending its transaction (the router passes the session's commit):
+    the worker can only claim a committed row, and the job's message is sent once it commits. The wait then
+    reads in short sessions of its own, so no connection is held while the job runs."""
+
+    def submit() -> uuid.UUID:
+        job, _ = service.submit_job(session, settings, spec=spec, principal=principal)
+        hand_over()
+        return job.id
+
+    job_id = await run_in_threadpool(submit)
+    return await wait_terminal(settings, job_id, timeout, request)
 
 
 async def wait_terminal(settings: Settings, job_id: uuid.UUID, timeout: float, request: Request) -> JobRead:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.jobs.schemas import HOST_NAME_PATTERN
+from app.hosts.schemas import HOST_NAME_PATTERN
 
 
 class RenderRequest(BaseModel):

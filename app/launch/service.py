@@ -16,6 +16,7 @@ from app.core.errors import AppError
 from app.core.security import Principal
 from app.hosts import service as hosts
 from app.jobs import service as jobs
+from app.jobs import waiting
 from app.jobs.schemas import JobCreate, JobRead
 from app.launch.schemas import RenderRequest, RenderResult
 
@@ -31,8 +32,8 @@ async def render(
 ) -> RenderResult:
     """Submit the dry run in the request's session, wait (up to body.timeout) for the host to check it, and
     report what it found. `hand_over` commits the request's transaction before the wait (see
-    jobs.submit_and_wait): the worker must see the job's row."""
-    job = await jobs.submit_and_wait(
+    app/jobs/waiting.py: submit_and_wait): the worker must see the job's row."""
+    job = await waiting.submit_and_wait(
         session,
         settings,
         spec=dry_run_spec(body),

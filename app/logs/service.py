@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -109,6 +110,11 @@ def store_lines(
 def delete_before(session: Session, job_id: uuid.UUID, seq: int) -> int:
     """Delete a job's lines before `seq` (the shipper's per-job byte limit); returns how many went."""
     return repository.delete_before(session, job_id, seq)
+
+
+def expire_finished_before(session: Session, cutoff: datetime) -> int:
+    """Delete the lines of jobs that ended before `cutoff` (log retention); returns how many went."""
+    return repository.delete_for_jobs_finished_before(session, cutoff)
 
 
 def last_seq(session: Session, job_id: uuid.UUID) -> int:

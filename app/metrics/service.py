@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
@@ -16,7 +18,7 @@ class _StateCollector(Collector):
     def __init__(self, session: Session, settings: Settings) -> None:
         self.session, self.settings = session, settings
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         yield self._jobs()
         yield self._dispatch()
         lines = GaugeMetricFamily("eyas_log_lines_shipped", "log lines stored, over all jobs")
@@ -42,7 +44,7 @@ class _StateCollector(Collector):
             sum_value=seconds,
         )
 
-    def _hosts(self):  # type: ignore[no-untyped-def]
+    def _hosts(self) -> Iterator[GaugeMetricFamily]:
         online = GaugeMetricFamily("eyas_hosts_online", "hosts whose worker heartbeats")
         memory = GaugeMetricFamily("eyas_gpu_memory_used_mib", "GPU memory used", labels=["host", "gpu"])
         total = GaugeMetricFamily("eyas_gpu_memory_total_mib", "GPU memory", labels=["host", "gpu"])
@@ -58,7 +60,7 @@ class _StateCollector(Collector):
                     util.add_metric(labels, float(gpu["utilization_pct"]))
         yield from (online, memory, total, util)
 
-    def _servers(self):  # type: ignore[no-untyped-def]
+    def _servers(self) -> Iterator[GaugeMetricFamily]:
         ready = GaugeMetricFamily("eyas_servers_ready", "servers answering /health_generate")
         accept = GaugeMetricFamily(
             "eyas_server_accept_length",

@@ -10,7 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from app.jobs.schemas import HOST_NAME_PATTERN, JobRead
+from app.hosts.schemas import HOST_NAME_PATTERN
+from app.jobs.schemas import JobRead
 from contract.params.common import HostPath
 
 

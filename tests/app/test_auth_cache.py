@@ -1,9 +1,9 @@
 """The principal cache: a poll does not read its token row on every request, yet revocation is immediate in
-the revoking process, seen by other processes once EYAS_AUTH_CACHE_S has passed, and last_used_at is kept."""
+the revoking process, seen by other processes once EYAS_AUTH_CACHE_S has passed, and last_used_at is kept.
+The cache reads the clock create_app is given; these tests move it by hand (ManualClock)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +16,15 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.security import Principal, PrincipalCache, Scope
 from app.main import create_app
+from testsupport.timing import ManualClock
 
 Headers = dict[str, str]
 
 
 @contextmanager
-def api(settings: Settings, cache_s: float) -> Iterator[TestClient]:
-    with TestClient(create_app(settings.model_copy(update={"auth_cache_s": cache_s}))) as client:
+def api(settings: Settings, cache_s: float, clock: ManualClock | None = None) -> Iterator[TestClient]:
+    cached = settings.model_copy(update={"auth_cache_s": cache_s})
+    with TestClient(create_app(cached, clock=clock or ManualClock())) as client:
         yield client
 
 
@@ -58,12 +60,14 @@ def test_revoking_is_immediate_in_the_revoking_process_however_long_the_cache(
 def test_a_revocation_elsewhere_is_seen_once_the_cache_period_ends(
     settings: Settings, admin: Headers
 ) -> None:
-    with api(settings, cache_s=0.4) as client:
+    clock = ManualClock()
+    with api(settings, cache_s=30, clock=clock) as client:
         token_id, reader = new_reader(client, admin)
         assert client.get("/v1/jobs", headers=reader).status_code == 200
         revoke_in_database(settings, token_id)
+        clock.advance(29.9)
         assert client.get("/v1/jobs", headers=reader).status_code == 200, "the cache was not used"
-        time.sleep(0.45)
+        clock.advance(0.2)
         assert client.get("/v1/jobs", headers=reader).status_code == 401
 
 
@@ -76,13 +80,14 @@ def test_a_disabled_cache_reads_the_token_on_every_request(settings: Settings, a
 
 
 def test_last_used_at_is_still_written_at_most_once_a_minute(settings: Settings, admin: Headers) -> None:
-    with api(settings, cache_s=0.3) as client:
+    clock = ManualClock()
+    with api(settings, cache_s=30, clock=clock) as client:
         token_id, reader = new_reader(client, admin)
         assert last_used(settings, token_id) is None
         assert client.get("/v1/jobs", headers=reader).status_code == 200
         first = last_used(settings, token_id)
         assert first is not None
-        time.sleep(0.35)  # the cache period ends: the row is read again, but within the minute not written
+        clock.advance(31)  # the cache period ends: the row is read again, but within the minute not written
         assert client.get("/v1/jobs", headers=reader).status_code == 200
         assert last_used(settings, token_id) == first
         with session_scope(settings) as session:
@@ -90,7 +95,7 @@ def test_last_used_at_is_still_written_at_most_once_a_minute(settings: Settings,
                 text("UPDATE api_token SET last_used_at = now() - interval '2 minutes' WHERE id = :id"),
                 {"id": token_id},
             )
-        time.sleep(0.35)
+        clock.advance(31)
         assert client.get("/v1/jobs", headers=reader).status_code == 200
         refreshed = last_used(settings, token_id)
         assert refreshed is not None

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from app.core.config import Settings
 from cli.demo.constructed import successor_target
 from drafting.serving.launch.sglang_parser import installed_sglang_version
-from tests import target_zoo as zoo
 from tests.conftest import WorkerProcess, free_port
 from tests.zoo_drafts import zoo_draft
+from testsupport import target_zoo as zoo
 
 Headers = dict[str, str]
 

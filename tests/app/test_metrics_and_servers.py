@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from app.artifacts import service as artifacts
 from app.core.config import Settings
 from app.core.db import session_scope
+from app.jobs import lifecycle
 from app.jobs.lifecycle import Outcome, finish
 from app.jobs.states import JobState
 from app.logs import repository as logs_repo
@@ -133,7 +133,7 @@ def test_artifact_lineage_walks_back_through_dependencies(
     first = submit(client, admin)
     second = submit(client, admin, depends_on=[first["id"]])
     with session_scope(settings) as session:
-        artifacts.record_artifact(
+        lifecycle.record_artifact(
             session,
             job_id=uuid.UUID(first["id"]),
             host="gpu-a",
@@ -142,7 +142,7 @@ def test_artifact_lineage_walks_back_through_dependencies(
             meta={"bytes": 10},
         )
     with session_scope(settings) as session:
-        child = artifacts.record_artifact(
+        child = lifecycle.record_artifact(
             session,
             job_id=uuid.UUID(second["id"]),
             host="gpu-a",

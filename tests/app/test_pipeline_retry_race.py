@@ -83,11 +83,14 @@ def test_cancel_reaches_jobs_that_are_not_the_latest_of_their_step(
     pipeline = client.post("/v1/pipelines", json=spec(str(tmp_path)), headers=admin).json()
     first = pipeline["jobs"][0]
     principal = Principal(token_id="test", name="test", scopes=frozenset({Scope.ADMIN}))
-    with session_scope(settings) as session:  # a second extract of the same step, newer than the first
+    # A second extract of the same step, newer than the first; into a folder of its own, as submit refuses
+    # an output inside another unfinished job's (app/jobs/path_rules.py).
+    params = {**first["params"], "output": f"{first['params']['output']}-stray"}
+    with session_scope(settings) as session:
         stray, _ = jobs_service.submit_job(
             session,
             settings,
-            spec=JobCreate(kind="extract", params=first["params"], host="gpu-a"),
+            spec=JobCreate(kind="extract", params=params, host="gpu-a"),
             principal=principal,
             pipeline_id=uuid.UUID(pipeline["id"]),
             pipeline_step="extract",

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.artifacts import service as artifacts
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.jobs import lifecycle
@@ -55,7 +54,7 @@ def run_step(
         lifecycle.mark_reaped(session, job_id=uuid.UUID(job_id))
     with session_scope(settings) as session:
         if artifact:
-            artifacts.record_artifact(
+            lifecycle.record_artifact(
                 session, job_id=uuid.UUID(job_id), host="gpu-a", kind=artifact[0], path=artifact[1], meta={}
             )
         state = JobState.SUCCEEDED if ok else JobState.FAILED
@@ -231,7 +230,7 @@ def test_fix_keys_reads_the_checkpoint_train_hands_on_not_the_newest_epoch(
     runs = f"{tmp_path}/runs/train"
     with session_scope(settings) as session:  # what the stage records: one drafter per epoch, epoch 1 best
         for epoch in (1, 2, 3):
-            artifacts.record_artifact(
+            lifecycle.record_artifact(
                 session,
                 job_id=uuid.UUID(jobs["train"]["id"]),
                 host="gpu-a",

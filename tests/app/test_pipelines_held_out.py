@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.artifacts import service as artifacts
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.jobs import lifecycle
@@ -236,7 +235,7 @@ def test_the_acceptance_table_takes_the_held_out_estimate(
         step = job["pipeline_step"]
         if step == "train":
             with session_scope(settings) as session:
-                artifacts.record_artifact(
+                lifecycle.record_artifact(
                     session,
                     job_id=uuid.UUID(job["id"]),
                     host="gpu-a",

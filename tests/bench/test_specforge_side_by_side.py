@@ -23,7 +23,7 @@ from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages import extract
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 
 DRAFT_VOCAB = 64
 

@@ -29,9 +29,9 @@ from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import split_indices
 from drafting.stages import extract
 from tests.ml.speculators_offline import offline_loaders
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 
-HIDDEN = 32  # tests.ml.tiny's target
+HIDDEN = 32  # testsupport.tiny_targets' target
 SAMPLES = 16
 PIN_MEMORY = "ignore:'pin_memory' argument is set as true:UserWarning"  # speculators' loaders; no accelerator
 
@@ -239,7 +239,7 @@ def test_a_stalled_loader_dumps_every_threads_stack(capfd: pytest.CaptureFixture
         yield {"document_ids": torch.tensor([[0, 0, -1]])}
         import time
 
-        time.sleep(1.0)  # longer than stall_s: the dump fires while this generator waits
+        time.sleep(1.0)  # the stall under test: longer than stall_s, the dump fires meanwhile
         yield {"document_ids": torch.tensor([[0, -1, -1]])}
 
     record: dict[str, Any] = {"tokens": 0, "steps": 0, "stall_s": 0.3}

@@ -14,9 +14,9 @@ from drafting.checkpoint import diagnose, fix_checkpoint
 from drafting.checkpoint.report import DoctorReport
 from drafting.findings import Finding, Severity
 from drafting.support_matrix import AUX_CAPTURE_KEY
-from tests import target_zoo as zoo
 from tests.conftest import ROOT
 from tests.zoo_drafts import zoo_draft
+from testsupport import target_zoo as zoo
 
 TARGET_CODES = {"TARGET_EAGLE3_UNSUPPORTED", "AUX_LAYERS_SHIFTED", "AUX_CAPTURE_MISMATCH", "AUX_LAYER_IDS"}
 

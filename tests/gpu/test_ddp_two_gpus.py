@@ -14,7 +14,7 @@ from drafting.context import RecordingSink, StageContext
 from drafting.ml.train_state import load_state
 from drafting.stages import train
 from tests.gpu._child import in_child
-from tests.ml.tiny import TINY_CONFIG, successor_extraction
+from testsupport.tiny_targets import TINY_CONFIG, successor_extraction
 
 
 def losses_and_weights(root: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-HIDDEN = 32  # tests.ml.tiny's target
+HIDDEN = 32  # testsupport.tiny_targets' target
 
 
 def offline_loaders(data_path: Path, target: Path, *, total_seq_len: int, train_data_ratio: float) -> Any:

@@ -2,7 +2,7 @@
 later epoch reads back is what the full-vocab head computes, for packed and unpacked rows in any order;
 training with it is training without it; its byte budget holds; validation never reads it.
 
-Tiny drafter and head from a config, tests/ml/tiny_trainer.py's (vocab 6, draft vocab 4).
+Tiny drafter and head from a config, testsupport/tiny_trainer.py's (vocab 6, draft vocab 4).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from drafting.ml.argmax_cache import ArgmaxCache
 from drafting.ml.train_data import Batch, Collate
 from drafting.ml.trainer import Trainer
-from tests.ml.tiny_trainer import random_sample, tiny_trainer
+from testsupport.tiny_trainer import random_sample, tiny_trainer
 
 LENGTHS = {0: 9, 1: 6, 2: 11, 3: 7}  # dataset row -> tokens
 

@@ -32,9 +32,9 @@ from drafting.stages import extract
 from drafting.support_matrix import CaptureKind, support_for
 from drafting.support_matrix.releases import installed_release, recorded_tables
 from drafting.support_matrix.scan import installed_models_dir
-from tests import target_zoo as zoo
-from tests.ml.tiny import chat, write_jsonl
 from tests.support_matrix.sglang_hooks import sglang_layers_to_capture
+from testsupport import target_zoo as zoo
+from testsupport.tiny_targets import chat, write_jsonl
 
 RELEASES = ("0.5.14", "0.5.23")
 CUSTOM = [3, 4, 5]  # not the default: DeepSeek's class keeps ids whose first is not 1

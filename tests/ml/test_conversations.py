@@ -14,7 +14,7 @@ from drafting.ml.conversations import (
     tokenize_conversation,
     tokenize_file,
 )
-from tests.ml.tiny import build_tokenizer, chat, write_jsonl
+from testsupport.tiny_targets import build_tokenizer, chat, write_jsonl
 
 
 def _masked_tokens(tokenizer, messages, max_len=512):  # type: ignore[no-untyped-def]

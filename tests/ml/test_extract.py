@@ -20,7 +20,7 @@ from contract.reasons import TerminationReason
 from drafting.context import RecordingSink, StageCancelled, StageContext, StageError
 from drafting.ml.hidden_store import hidden_path
 from drafting.stages import extract
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 
 AUX = [2, 4, 5]  # SGLang's default [2, N//2, N-3] for 8 layers
 

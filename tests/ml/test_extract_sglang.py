@@ -40,7 +40,7 @@ from drafting.serving.launch.sglang_parser import installed_sglang_version
 from drafting.stages import extract
 from drafting.stages._extract_sglang import _agree_on_cancel, host_problem
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 
 AUX = [2, 4, 5]  # SGLang's default [2, N//2, N-3] for the tiny target's 8 layers
 Headers = dict[str, str]

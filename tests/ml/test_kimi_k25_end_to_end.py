@@ -1,4 +1,4 @@
-"""The reference deployment end to end on a Kimi-K2.5-shaped target (tests/target_zoo.py `kimi_k25`: a
+"""The reference deployment end to end on a Kimi-K2.5-shaped target (testsupport/target_zoo.py `kimi_k25`: a
 DeepSeek-V3 text model with MLA, MoE and yarn rope under `text_config`, context 262,144, weights under
 `language_model.*`, an auto_map naming code the folder lacks), on the CPU with the real stages:
 
@@ -31,9 +31,9 @@ from drafting.stages import extract, fix_keys, generate, train
 from drafting.stages import launch as launch_stage
 from tests.conftest import free_port
 from tests.generation.conftest import generate_params, output_records, write_prompts
-from tests.ml.tiny import cpu_train_params
 from tests.serving.conftest import RecordingContext, start_stage
-from tests.target_zoo import KIMI_MAX_POSITIONS, kimi_k25
+from testsupport.target_zoo import KIMI_MAX_POSITIONS, kimi_k25
+from testsupport.tiny_targets import cpu_train_params
 
 DEPTH = 16
 NCCL_ENV = {"NCCL_DEBUG": "WARN", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}

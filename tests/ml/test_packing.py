@@ -1,5 +1,5 @@
 """Sequence packing: samples packed into one row stay apart, train exactly as they do alone, and the train
-stage runs with `pack` and reports how it packed. The drafter is tests/ml/tiny_trainer.py's."""
+stage runs with `pack` and reports how it packed. The drafter is testsupport/tiny_trainer.py's."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from drafting.ml.packing import RowLayout, epoch_packs, packing_report, row_layo
 from drafting.ml.train_data import Batch, Collate, epoch_batches, run_steps, split_indices
 from drafting.ml.trainer import Trainer
 from drafting.stages import train
-from tests.ml.tiny import cpu_train_params, successor_extraction
-from tests.ml.tiny_trainer import TTT, batch_of_one, random_sample, tiny_trainer
+from testsupport.tiny_targets import cpu_train_params, successor_extraction
+from testsupport.tiny_trainer import TTT, batch_of_one, random_sample, tiny_trainer
 
 LENGTHS = (9, 6, 11)  # samples A, B, C of one packed row; a row of 32 leaves 6 positions of padding
 ROW = 32

@@ -22,7 +22,7 @@ from drafting.ml.hidden_store import hidden_path, load_sample, read_manifest
 from drafting.ml.train_state import STATE_FILE, load_state
 from drafting.stages import extract, train
 from tests.conftest import WorkerProcess
-from tests.ml.tiny import (
+from testsupport.tiny_targets import (
     TINY_CONFIG,
     chat,
     cpu_train_params,

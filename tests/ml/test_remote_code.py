@@ -1,5 +1,5 @@
-"""Targets whose text model only their own code can build (tests/target_zoo.py `remote_code`), and targets
-that name code they do not need (the Kimi-K2.5-shaped wrapper).
+"""Targets whose text model only their own code can build (testsupport/target_zoo.py `remote_code`), and
+targets that name code they do not need (the Kimi-K2.5-shaped wrapper).
 
 eyas never lets transformers ask on the terminal: it builds a text model transformers ships with
 transformers' class whatever the config's auto_map says, and runs a folder's code only when the job sets
@@ -30,8 +30,8 @@ from drafting.stages import extract, launch, train
 from drafting.stages._torchrun import torchrun_argv
 from tests.conftest import WorkerProcess
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import chat, cpu_train_params, write_jsonl
-from tests.target_zoo import kimi_k25, remote_code
+from testsupport.target_zoo import kimi_k25, remote_code
+from testsupport.tiny_targets import chat, cpu_train_params, write_jsonl
 
 
 def conversations(path: Path) -> Path:

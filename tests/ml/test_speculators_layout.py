@@ -42,9 +42,9 @@ from drafting.ml.train_data import HiddenStateDataset, open_extraction
 from drafting.ml.vocab import d2t_offsets, draft_token_ids
 from drafting.stages import extract
 from tests.ml.speculators_offline import offline_loaders
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 
-HIDDEN = 32  # tests.ml.tiny's target
+HIDDEN = 32  # testsupport.tiny_targets' target
 MAX_LEN = 64
 
 

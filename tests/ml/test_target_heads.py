@@ -1,5 +1,5 @@
-"""The trainer's target distribution against each zoo target's own (tests/target_zoo.py), and the text model
-eyas loads from wrapped checkpoints against the wrapper's own.
+"""The trainer's target distribution against each zoo target's own (testsupport/target_zoo.py), and the text
+model eyas loads from wrapped checkpoints against the wrapper's own.
 
 The reference for every target is the text model transformers builds from the checkpoint, run whole:
 its logits' softmax at each position, and its final norm's input as the stored last state. The trainer's
@@ -29,7 +29,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from drafting.ml.target_head import TargetHead, load_target_head, stored_head_names
 from drafting.ml.text_model import TargetModelError, load_text_model, text_model_spec
-from tests.target_zoo import VOCAB, ZOO, build
+from testsupport.target_zoo import VOCAB, ZOO, build
 
 # The text model of each wrapper, built here by hand from its own config and the names its checkpoint keeps
 # (independent of how eyas finds them): class, config class, checkpoint prefix -> text-model prefix.

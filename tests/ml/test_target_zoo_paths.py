@@ -1,4 +1,4 @@
-"""Every servable zoo target (tests/target_zoo.py) through the user's path on the CPU: generate (the
+"""Every servable zoo target (testsupport/target_zoo.py) through the user's path on the CPU: generate (the
 reference engine answering with the target itself) -> extract -> train, with the real stages.
 
 Beyond running without a traceback, what the trainer learns from is checked against the target: the stored
@@ -21,8 +21,8 @@ from drafting.ml.target_head import load_target_head
 from drafting.ml.text_model import load_text_model
 from drafting.stages import extract, generate, train
 from tests.generation.conftest import generate_params, output_records, write_prompts
-from tests.ml.tiny import cpu_train_params
-from tests.target_zoo import EOS, SERVED, VOCAB, build
+from testsupport.target_zoo import EOS, SERVED, VOCAB, build
+from testsupport.tiny_targets import cpu_train_params
 
 
 def user_path(root: Path, target: Path) -> dict[str, Path]:

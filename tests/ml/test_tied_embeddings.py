@@ -28,8 +28,8 @@ from drafting.serving.engine.models import load_models
 from drafting.serving.evaluation.offline import evaluate_acceptance
 from drafting.serving.prompts import prepare_prompts
 from drafting.stages import extract, fix_keys, train
-from tests.ml.tiny import chat, cpu_train_params, random_target, write_jsonl
 from tests.realmodels.targets import realmodel, smollm2_target
+from testsupport.tiny_targets import chat, cpu_train_params, random_target, write_jsonl
 
 
 def _tensor_names(folder: Path) -> set[str]:

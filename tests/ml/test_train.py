@@ -19,7 +19,7 @@ from drafting.ml.hidden_store import hidden_path, write_safetensors
 from drafting.ml.train_state import load_state
 from drafting.stages import train
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import cpu_train_params, random_target, successor_extraction
+from testsupport.tiny_targets import cpu_train_params, random_target, successor_extraction
 
 DRAFT_VOCAB = 48
 

@@ -15,7 +15,7 @@ from drafting.ml.checkpoint_choice import choose
 from drafting.ml.objective import accept_length, summarise
 from drafting.ml.trainer import OptimSettings
 from drafting.stages import train
-from tests.ml.tiny import cpu_train_params, successor_extraction
+from testsupport.tiny_targets import cpu_train_params, successor_extraction
 
 STEPS_PER_EPOCH = 16  # 40 conversations, 8 held out, batches of 2
 

@@ -19,7 +19,7 @@ from drafting.context import RecordingSink, StageContext
 from drafting.ml import trainer
 from drafting.stages import train
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import TINY_CONFIG, cpu_train_params, successor_extraction
+from testsupport.tiny_targets import TINY_CONFIG, cpu_train_params, successor_extraction
 
 
 @pytest.fixture(scope="module")

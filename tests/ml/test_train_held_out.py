@@ -21,7 +21,7 @@ from drafting.ml.hidden_store import read_manifest
 from drafting.ml.train_data import training_subset
 from drafting.ml.train_state import load_state
 from drafting.stages import extract, train
-from tests.ml.tiny import WORDS, cpu_train_params, random_target, successor_target, write_jsonl
+from testsupport.tiny_targets import WORDS, cpu_train_params, random_target, successor_target, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_WORDS, HELD_OUT_WORDS = WORDS[:20], WORDS[20:]  # the held-out prompts' style differs from training's

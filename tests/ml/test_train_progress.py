@@ -8,7 +8,7 @@ import pytest
 
 from drafting.context import RecordingSink, StageContext
 from drafting.stages import train
-from tests.ml.tiny import cpu_train_params, successor_extraction
+from testsupport.tiny_targets import cpu_train_params, successor_extraction
 
 
 @pytest.fixture(scope="module")

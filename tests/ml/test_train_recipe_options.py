@@ -20,7 +20,7 @@ from drafting.findings import Severity
 from drafting.ml.drafter import load_drafter
 from drafting.ml.target_head import load_target_head
 from drafting.stages import train
-from tests.ml.tiny import cpu_train_params, successor_extraction
+from testsupport.tiny_targets import cpu_train_params, successor_extraction
 
 DRAFT_VOCAB = 48
 

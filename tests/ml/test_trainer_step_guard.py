@@ -1,7 +1,7 @@
 """`Trainer.step` waits on the device once, after the gradients, and stops a non-finite loss or gradient
 there, before any weight changes. A gradient that overflows while the loss stays finite used to reach the
 weights: the grad norm was read only after the optimizer had stepped. The drafter is tiny and built from a
-config (tests/ml/tiny_trainer.py)."""
+config (testsupport/tiny_trainer.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from drafting.ml.trainer import NonFiniteLoss, Trainer
-from tests.ml.tiny_trainer import batch_of_one, random_sample, tiny_trainer
+from testsupport.tiny_trainer import batch_of_one, random_sample, tiny_trainer
 
 
 def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ from drafting.stages import extract, selftest, train
 from drafting.userfiles import Cap, UserFileError
 from tests.ml.guard import run_guarded
 from tests.ml.stage_process import run_stage_process
-from tests.ml.tiny import chat, random_target, write_jsonl
+from testsupport.tiny_targets import chat, random_target, write_jsonl
 from workers import stage_main
 
 pytestmark = pytest.mark.timeout(60)

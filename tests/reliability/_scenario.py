@@ -90,16 +90,17 @@ def run_fault_scenario(
 def _inject_faults(
     stack: Stack, report: FaultReport, supervisor: Supervisor, *, outage_s: float, settle_s: float
 ) -> str:
-    """Redis, then PostgreSQL, then the API, then a worker, `settle_s` apart; returns the killed worker."""
-    time.sleep(settle_s)
+    """Redis, then PostgreSQL, then the API, then a worker, `settle_s` apart (the load runs meanwhile: the
+    schedule is the scenario); returns the killed worker."""
+    time.sleep(settle_s)  # the schedule under test
     report.windows.append(
         _restart(stack.redis, "redis", "redis restart (messages lost: no persistence)", outage_s)
     )
-    time.sleep(settle_s)
+    time.sleep(settle_s)  # the schedule under test
     report.windows.append(_restart(stack.pg, "postgres", "postgresql restart (fast shutdown)", outage_s))
-    time.sleep(settle_s)
+    time.sleep(settle_s)  # the schedule under test
     report.windows.append(_restart_api(stack))
-    time.sleep(settle_s)
+    time.sleep(settle_s)  # the schedule under test
     with supervisor.paused():
         killed_window, killed_worker = _kill_worker(stack, HOSTS[0])
     report.windows.append(killed_window)
@@ -153,7 +154,7 @@ def _restart(service: PrivateRedis | PrivatePostgres, name: str, label: str, out
     """Stop a service, leave it down for outage_s, start it; the window records how long the start took."""
     window = Window(label, datetime.now(UTC))
     service.stop()
-    time.sleep(outage_s)
+    time.sleep(outage_s)  # the outage under test
     window.recovery_s[f"{name}_start"] = round(service.start(), 3)
     window.up_at = datetime.now(UTC)
     return window

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from app.core.security import FailureLimiter, Scope
 from app.main import create_app
 from app.models.job import Job
 from tests.conftest import make_token
+from testsupport.timing import ManualClock
 
 Headers = dict[str, str]
 # Routes that answer without a token, on purpose: health probes, and the dashboard's page shell and static
@@ -151,18 +151,19 @@ def test_a_revoked_token_stops_at_once_on_every_replica_without_the_principal_ca
 def test_with_the_cache_a_revocation_is_immediate_where_made_and_bounded_elsewhere(
     settings: Settings, admin: Headers
 ) -> None:
-    cached = settings.model_copy(update={"auth_cache_s": 0.5})
-    with TestClient(create_app(cached)) as first, TestClient(create_app(cached)) as second:
+    cached = settings.model_copy(update={"auth_cache_s": 30})
+    clock = ManualClock()  # both replicas read it: the cache period passes when the test says so
+    with (
+        TestClient(create_app(cached, clock=clock)) as first,
+        TestClient(create_app(cached, clock=clock)) as second,
+    ):
         created, doomed = used_on_both(first, second, admin)
         assert first.post(f"/v1/tokens/{created['id']}/revoke", headers=admin).json()["revoked_at"]
-        revoked = time.monotonic()
         assert first.get("/v1/jobs", headers=doomed).status_code == 401
-        while second.get("/v1/jobs", headers=doomed).status_code == 200:
-            assert time.monotonic() - revoked < cached.auth_cache_s + 0.5, (
-                "still accepted past the cache period"
-            )
-            time.sleep(0.05)
-        assert second.get("/v1/jobs", headers=doomed).status_code == 401
+        clock.advance(cached.auth_cache_s - 0.1)
+        assert second.get("/v1/jobs", headers=doomed).status_code == 200, "the other replica's cache is used"
+        clock.advance(0.2)
+        assert second.get("/v1/jobs", headers=doomed).status_code == 401, "accepted past the cache period"
 
 
 def used_on_both(first: TestClient, second: TestClient, admin: Headers) -> tuple[dict[str, Any], Headers]:
@@ -216,14 +217,14 @@ def test_a_valid_token_is_never_throttled_by_its_address_failures(settings: Sett
 
 
 def test_only_counted_failures_lock_and_the_lock_opens_after_the_window() -> None:
-    limiter = FailureLimiter(per_minute=3)
+    clock = ManualClock()
+    limiter = FailureLimiter(per_minute=3, clock=clock)
     for _ in range(3):
         assert limiter.retry_after("a") is None
         limiter.record_failure("a")
-    wait = limiter.retry_after("a")
-    assert wait is not None
-    assert 59 <= wait <= 60
+    assert limiter.retry_after("a") == 60
     assert limiter.retry_after("b") is None
-    limiter.WINDOW_S = 0.2  # the same sliding window, shortened
-    time.sleep(0.25)
+    clock.advance(59.5)
+    assert limiter.retry_after("a") == 1  # still inside the minute: rounded up to a whole second
+    clock.advance(0.6)
     assert limiter.retry_after("a") is None

@@ -21,6 +21,7 @@ from drafting import proc
 from tests._drafts import DraftShape, write_speculators_draft
 from tests.app.test_jobs_api import register_host
 from tests.reliability._stack import Stack
+from testsupport.timing import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE_HOST = "idle-host"  # registered, no worker: its jobs stay queued
@@ -50,6 +51,11 @@ class Submitters:
         self._halt.set()
         for thread in self._threads:
             thread.join(timeout=30)
+
+    def accepts_more(self, count: int = 5) -> None:
+        """Until `count` more submissions than now were answered 201."""
+        before = len(self.created)
+        eventually(lambda: len(self.created) >= before + count, within_s=60, what=f"{count} more accepted")
 
     def _loop(self) -> None:
         parent: str | None = None
@@ -97,15 +103,14 @@ def test_killing_the_api_or_postgres_mid_submission_leaves_no_partial_rows(stack
     stack.start_api()
     with Submitters(stack.url, stack.headers) as load:
         for _ in range(2):
-            time.sleep(1.5)
+            load.accepts_more()  # each kill lands amid submissions
             assert stack.api is not None
             stack.api.kill9()
             stack.start_api()
-        time.sleep(1.5)
+        load.accepts_more()
         stack.pg.stop(crash=True)  # SIGKILL of the postmaster: crash recovery on the next start
         stack.pg.start()
-        time.sleep(1.5)
-    assert len(load.created) > 20, "the load did not get going"
+        load.accepts_more()  # and submissions go on after crash recovery
     assert partial_rows(stack) == dict.fromkeys(partial_rows(stack), 0)
     keys = stored_keys(stack)
     missing = {job: key for job, key in load.created.items() if keys.get(job) != key}
@@ -147,7 +152,7 @@ def kill_while_building(popen: subprocess.Popen[bytes], dest: Path, offset_s: fl
         if any(p.name.startswith(f".{dest.name}.eyas-tmp") for p in dest.parent.iterdir()):
             break
         time.sleep(0.002)
-    time.sleep(offset_s)
+    time.sleep(offset_s)  # the moment of the kill is what is under test
     killed = popen.poll() is None
     if killed:
         os.killpg(popen.pid, signal.SIGKILL)

@@ -10,8 +10,6 @@ alive. Here the database takes the job's last log lines only after three lost-af
 
 from __future__ import annotations
 
-import time
-
 import httpx
 from sqlalchemy import text
 
@@ -19,6 +17,7 @@ from app.core.db import session_scope
 from tests.reliability._services import wait_until
 from tests.reliability._stack import Stack
 from tests.reliability.test_outages import submit, wait_terminal
+from testsupport.timing import throughout
 
 
 def test_a_job_whose_end_is_slow_to_store_is_not_lost_while_its_worker_lives(stack: Stack) -> None:
@@ -36,9 +35,14 @@ def test_a_job_whose_end_is_slow_to_store_is_not_lost_while_its_worker_lives(sta
             # Writes to log_line wait (reads do not): the process ends meanwhile, and its last lines, and
             # so its end, cannot be stored until the lock goes.
             session.execute(text("LOCK TABLE log_line IN EXCLUSIVE MODE"))
-            time.sleep(hold_s)
-            during = http.get(f"/v1/jobs/{job_id}").json()
+            # Held for three lost-after periods: had its heartbeat stopped with its process, a reaper would
+            # have failed the job within the first. It must stay running the whole time.
+            throughout(
+                lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "running",
+                for_s=hold_s,
+                what="running while its end waits to be stored",
+                every_s=0.2,
+            )
         job = wait_terminal(http, job_id)
     assert worker.alive(), worker.log()[-2000:]
-    assert during["state"] == "running", f"judged while its end was being stored: {during}"
     assert (job["state"], job["termination_reason"]) == ("succeeded", "SUCCEEDED"), job

@@ -65,7 +65,7 @@ def test_an_idle_worker_reconnects_to_a_restarted_broker_by_itself(stack: Stack)
     stack.start_api()
     worker = stack.start_worker("rel-a")
     stack.redis.stop()
-    time.sleep(1)
+    time.sleep(1)  # the outage under test: the broker is away for a second
     stack.redis.start()
     with httpx.Client(base_url=stack.url, headers=stack.headers, timeout=60) as http:
         job = wait_terminal(http, submit(http, "rel-a", lines=1))
@@ -84,7 +84,7 @@ def test_a_worker_running_jobs_survives_a_broker_restart(stack: Stack) -> None:
             lambda: all(http.get(f"/v1/jobs/{j}").json()["state"] == "running" for j in running), 30, "run"
         )
         stack.redis.stop()
-        time.sleep(1)
+        time.sleep(1)  # the outage under test: the broker is away for a second
         stack.redis.start()
         after = wait_terminal(http, submit(http, "rel-a", lines=1), timeout_s=10)
         assert after["state"] == "succeeded", f"a job sent after the restart was not run: {after['state']}"
@@ -99,13 +99,13 @@ def test_a_running_job_is_not_lost_when_the_database_restarts(stack: Stack) -> N
         job_id = submit(http, "rel-a", lines=1, sleep_s=8)
         wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "running", 30, "running")
         stack.pg.stop()
-        time.sleep(stack.settings.lost_after_s + 1)  # no one can write a heartbeat now
+        time.sleep(stack.settings.lost_after_s + 1)  # the outage under test: every heartbeat goes stale
         # The worker's pool needs a moment to reconnect after the restart (pre-ping, next beat); hold it
         # for 1.5 s, less than the lost-after time, while the API's maintenance loop sees the database back.
         os.kill(worker.pid, signal.SIGSTOP)
         try:
             stack.pg.start()
-            time.sleep(1.5)
+            time.sleep(1.5)  # the hold under test
         finally:
             os.kill(worker.pid, signal.SIGCONT)
         job = wait_terminal(http, job_id)
@@ -126,7 +126,7 @@ def test_jobs_that_end_while_the_database_is_down_are_recorded_not_lost(tmp_path
                 lambda: all(http.get(f"/v1/jobs/{j}").json()["state"] == "running" for j in jobs), 30, "run"
             )
             stack.pg.stop()
-            time.sleep(stack.settings.lost_after_s * 3)
+            time.sleep(stack.settings.lost_after_s * 3)  # the outage under test
             stack.pg.start()
             ended = [wait_terminal(http, j) for j in jobs]
         assert worker.alive(), worker.log()[-2000:]

@@ -16,9 +16,9 @@ from drafting.findings import Finding, Severity
 from drafting.serving.launch.checks import prepare_launch
 from drafting.serving.launch.render import HostFacts
 from drafting.serving.launch.sglang_parser import installed_sglang_version
-from tests import target_zoo as zoo
 from tests.conftest import ROOT, free_port
 from tests.zoo_drafts import zoo_draft
+from testsupport import target_zoo as zoo
 
 GPU_HOST = HostFacts(python="/usr/bin/python3", sglang_version="0.5.14", gpu_count=1, on_host=True)
 CODE = "TARGET_EAGLE3_UNSUPPORTED"

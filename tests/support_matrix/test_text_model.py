@@ -10,7 +10,7 @@ import transformers
 from safetensors import safe_open
 
 from drafting.support_matrix.text_model import RemoteCode, placement
-from tests import target_zoo as zoo
+from testsupport import target_zoo as zoo
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,13 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.queue import send_job
 from app.jobs import lifecycle, repository
-from app.jobs.maintenance import tick
+from app.maintenance.loop import tick
 from app.models.base import utcnow
 from app.models.job import Job
 from drafting import proc
 from tests.app.test_jobs_api import register_host, register_if_new
 from tests.conftest import ROOT, WorkerProcess, worker_env
+from testsupport.timing import eventually
 
 Headers = dict[str, str]
 
@@ -117,13 +118,14 @@ def test_duplicate_delivery_runs_the_job_once(
     start_worker: Callable[..., WorkerProcess],
     tmp_path: Path,
 ) -> None:
-    start_worker("gpu-a")
+    worker = start_worker("gpu-a")
     marker = settings.allowed_roots[0] / f"marker-{uuid.uuid4()}"
     job = submit(client, admin, params={"marker_file": str(marker), "sleep_s": 0.5})
     for _ in range(3):  # the broker delivering the same message again
         assert send_job(settings, job["id"], "gpu-a")
     done = wait_for(client, admin, job["id"])
-    time.sleep(1.5)  # give the duplicates time to be consumed
+    refused = f"job {job['id']} is not ours to run"  # the runner's line for a delivery it does not claim
+    eventually(lambda: worker.log().count(refused) == 3, within_s=30, what="every duplicate consumed")
     assert done["state"] == "succeeded"
     assert marker.read_text().count("\n") == 1
     assert done["attempt"] == 1
@@ -284,7 +286,7 @@ def test_a_job_given_up_as_lost_is_stopped_by_its_live_worker_and_runs_once_at_a
     # that worker and the database). The job is then queued again; the worker, still running attempt 1,
     # must find at its next heartbeat that the attempt no longer holds the job and end its process, and the
     # end of attempt 1 must not be recorded over attempt 2.
-    start_worker("gpu-a", EYAS_WORKER_CONCURRENCY="2")
+    worker = start_worker("gpu-a", EYAS_WORKER_CONCURRENCY="2")
     job = submit(client, admin, params={"lines": 1, "sleep_s": 300}, max_attempts=2)
     first = wait_state(client, admin, job["id"], "running")
     with session_scope(settings) as session:
@@ -304,7 +306,8 @@ def test_a_job_given_up_as_lost_is_stopped_by_its_live_worker_and_runs_once_at_a
         time.sleep(0.3)
     assert (second["attempt"], second["state"]) == (2, "running"), second
     assert second["pid"] != first["pid"]
-    time.sleep(settings.heartbeat_s * 3)  # attempt 1's end, if it were recorded, would show by now
+    not_recorded = f"job {job['id']}: attempt 1 was given up as lost; its end is not recorded"
+    eventually(lambda: not_recorded in worker.log(), within_s=30, what="attempt 1's end refused")
     assert client.get(f"/v1/jobs/{job['id']}", headers=admin).json()["state"] == "running"
     client.post(f"/v1/jobs/{job['id']}/cancel", headers=admin)
     assert wait_for(client, admin, job["id"])["state"] == "cancelled"

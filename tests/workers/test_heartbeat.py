@@ -15,6 +15,7 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.models.job import Job
 from tests.app.test_jobs_api import register_host
+from testsupport.timing import eventually, throughout
 from workers.kept_threads import KeptThreads
 from workers.runner import JobRunner
 
@@ -39,11 +40,18 @@ def test_a_claimed_job_is_heartbeaten_before_its_process_has_it(
     assert job is not None
     claimed_beat = heartbeat_at(settings, job_id)
     with runner._holding(job):  # claimed and held, nothing handed over yet
-        time.sleep(settings.heartbeat_s * 3)
-        assert heartbeat_at(settings, job_id) > claimed_beat
+        eventually(
+            lambda: heartbeat_at(settings, job_id) > claimed_beat,
+            within_s=settings.heartbeat_s * 3,
+            what="a beat while the job is held",
+        )
     last = heartbeat_at(settings, job_id)
-    time.sleep(settings.heartbeat_s * 2)
-    assert heartbeat_at(settings, job_id) == last  # released: no more beats
+    # released: no more beats, for two beat periods (a beat due then would have come by their end)
+    throughout(
+        lambda: heartbeat_at(settings, job_id) == last,
+        for_s=settings.heartbeat_s * 2,
+        what="no beat after the job is released",
+    )
 
 
 def test_each_piece_of_work_has_a_thread_of_its_own_and_idle_threads_are_kept() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.jobs.maintenance import expire_logs
 from app.logs import repository
+from app.maintenance.loop import expire_logs
 from app.models.base import utcnow
 from app.models.job import Job
 from workers.logship import LogShipper

@@ -67,17 +67,17 @@ def main() -> int:
     if mode == "fatal_then_hang":
         say("Scheduler hit an exception: Traceback (most recent call last):")
         say("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
-        time.sleep(3600)
+        time.sleep(3600)  # the hang under test
     if mode == "ignore_sigterm":
         signal.signal(signal.SIGTERM, lambda *_: say("SIGTERM ignored (stand-in)"))
     server = ThreadingHTTPServer((args.host, args.port), Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    time.sleep(load_s)
+    time.sleep(load_s)  # the load time under test
     say(
         "Load weight end. elapsed=0.52 s, type=LlamaForCausalLMEagle3, avail mem=78.90 GB, mem usage=0.20 GB."
     )
     if mode == "never_ready":
-        time.sleep(3600)
+        time.sleep(3600)  # the hang under test
     READY.set()
     say("The server is fired up and ready to roll!")
     for step in range(10**6):

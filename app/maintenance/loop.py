@@ -1,6 +1,7 @@
 """Housekeeping that keeps the database the record: reap lost jobs, re-send unclaimed ones, expire old logs.
 
-Every step is a conditional update, so the API and any number of workers may run it at once.
+Every step is a conditional update, so the API and any number of workers may run it at once. It sits above
+the domains it tends (jobs, servers, logs) and calls their services; none of them imports it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import timedelta
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.jobs import lifecycle
-from app.logs import repository as logs_repo
+from app.logs import service as logs
 from app.models.base import utcnow
 from app.servers import service as servers
 
@@ -39,7 +40,7 @@ def tick(settings: Settings, *, reap: bool = True) -> dict[str, int]:
 def expire_logs(settings: Settings) -> int:
     with session_scope(settings) as session:
         cutoff = utcnow() - timedelta(days=settings.log_retention_days)
-        return logs_repo.delete_for_jobs_finished_before(session, cutoff)
+        return logs.expire_finished_before(session, cutoff)
 
 
 class MaintenanceLoop(threading.Thread):

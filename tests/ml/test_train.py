@@ -14,7 +14,9 @@ from safetensors.torch import load_file
 
 from contract.params.train import TrainParams
 from contract.reasons import TerminationReason
+from drafting.checkpoint import diagnose
 from drafting.context import RecordingSink, StageCancelled, StageContext, StageError
+from drafting.findings import errors_in
 from drafting.ml.hidden_store import hidden_path, write_safetensors
 from drafting.ml.train_state import load_state
 from drafting.stages import train
@@ -161,9 +163,8 @@ def test_checkpoint_is_what_sglang_loads(learnable: tuple[Path, Path], tmp_path:
     }
     config = json.loads((checkpoint / "config.json").read_text())
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
-    doctor = pytest.importorskip("drafting.checkpoint")
-    report = doctor.diagnose(checkpoint, target=target)
-    assert [f for f in report.findings if f.severity == doctor.Severity.ERROR] == []
+    report = diagnose(checkpoint, target=target)
+    assert errors_in(report.findings) == []
 
 
 def test_extraction_of_another_target_is_refused(learnable: tuple[Path, Path], tmp_path: Path) -> None:

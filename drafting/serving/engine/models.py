@@ -81,13 +81,14 @@ def _eos_ids(folder: Path, text_model_config: Any) -> frozenset[int]:
     """The text model's eos_token_id and config.json's own (a wrapper states it at its top level; a
     multimodal transformers 5 config object has none of its own there)."""
     config = read_target_config(folder)
-    ids = _as_ids(getattr(text_model_config, "eos_token_id", None))
+    ids = token_ids(getattr(text_model_config, "eos_token_id", None))
     for source in (config, text_config(config)):
-        ids |= _as_ids(source.get("eos_token_id"))
+        ids |= token_ids(source.get("eos_token_id"))
     return frozenset(ids)
 
 
-def _as_ids(value: object) -> set[int]:
+def token_ids(value: object) -> set[int]:
+    """A config's token id field as a set: one id, a list of them, or nothing."""
     if isinstance(value, int) and not isinstance(value, bool):
         return {value}
     if isinstance(value, list | tuple):

@@ -29,7 +29,7 @@ from typing import Any
 from drafting.serving.engine._engine_stats import DecodeBatchLog, SpecCounters
 from drafting.serving.engine._reference_sampling import Sampling, sample_decode
 from drafting.serving.engine.decoding import DecodeLimits, DecodeResult, greedy_decode, speculative_decode
-from drafting.serving.engine.models import DTYPES, LoadedModels, load_models, pick_device
+from drafting.serving.engine.models import DTYPES, LoadedModels, load_models, pick_device, token_ids
 from drafting.sglang_facts import READY_LINE
 
 ENGINE_NAME = "eyas-reference-engine"
@@ -214,17 +214,9 @@ def stop_token_ids(models: LoadedModels) -> frozenset[int]:
     (where chat models often name their end-of-turn token) and the tokenizer's eos_token."""
     ids = set(models.eos_ids)
     generation = getattr(models.target, "generation_config", None)
-    ids |= _as_ids(getattr(generation, "eos_token_id", None))
-    ids |= _as_ids(getattr(models.tokenizer, "eos_token_id", None))
+    ids |= token_ids(getattr(generation, "eos_token_id", None))
+    ids |= token_ids(getattr(models.tokenizer, "eos_token_id", None))
     return frozenset(ids)
-
-
-def _as_ids(value: object) -> set[int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {value}
-    if isinstance(value, list | tuple):
-        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
-    return set()
 
 
 _DTYPE_NAMES = {"bfloat16": "c10::BFloat16", "float16": "c10::Half", "float32": "c10::Half"}

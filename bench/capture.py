@@ -3,7 +3,8 @@ SGLang backend stores against the HF backend's, value by value; the tokens/s of 
 throughput on the same model (`python -m sglang.bench_one_batch`, output length 1, the samples' mean input
 length and the extraction's batch size) as the yardstick.
 
-    python -m bench.capture (--target /models/SmolLM2-135M-Instruct | --random-llama) [--data chats.jsonl]
+    python -m bench.capture (--target /models/SmolLM2-135M-Instruct | --random-llama | --zoo gemma3_text)
+        [--data chats.jsonl]
         [--samples 256] [--max-len 2048] [--batch-size 8] [--dtype bfloat16] [--tp-size 1]
         [--attention-backend triton] [--rel-tol 0.02] [--dir /tmp/bench_capture] [--no-prefill-yardstick]
 
@@ -41,6 +42,7 @@ from drafting.context import StageContext, StageError
 from drafting.ml._dataset import read_dataset_rows
 from drafting.ml.hidden_store import STATES_PER_TOKEN, load_sample, read_manifest
 from drafting.stages import extract
+from testsupport import target_zoo
 from testsupport.random_llama import LLAMA_1_5B, save_random_llama
 
 STATE_NAMES = ("aux_0", "aux_1", "aux_2", "last")
@@ -156,6 +158,12 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="a random 1.53 B Llama (testsupport/random_llama.py LLAMA_1_5B), built into --dir/target",
     )
+    target.add_argument(
+        "--zoo",
+        choices=sorted(target_zoo.SERVED),
+        help="a target of the test zoo (testsupport/target_zoo.py) at hidden 256, head_dim 64, built into "
+        "--dir/target",
+    )
     parser.add_argument("--data", help="conversations JSONL (default: synthetic ones)")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the target folder)")
     parser.add_argument("--samples", type=int, default=256, help="conversations extracted by each backend")
@@ -189,6 +197,8 @@ def main() -> int:
     root.mkdir(parents=True)
     if args.random_llama:
         args.target = str(save_random_llama(root / "target", LLAMA_1_5B))
+    if args.zoo:
+        args.target = str(target_zoo.build(args.zoo, root / "target", sizes=target_zoo.SGLANG_SIZES))
     data = Path(args.data) if args.data else conversations(root / "chats.jsonl", args.samples, args.words)
     common: dict[str, Any] = {
         "target": str(Path(args.target).resolve()), "data": str(data.resolve()), "limit": args.samples,

@@ -16,7 +16,8 @@ Without `--url` each command starts `eyas up` for its own length (data in WORK/d
 `--host`, WORK the root jobs may use; a second command finds the first's pipelines there).
 
     python -m bench.journey run WORK OUT [--prompts MTBENCH.jsonl] [--target DIR | --gguf FILE]
-        [--held-out 72] [--conversations 16000] [--epochs 10] [--lr 1e-3] [--openers tasks|none]
+        [--real-target smollm2|qwen2.5-coder-1.5b] [--sweep-prompts 8] [--held-out 72]
+        [--conversations 16000] [--epochs 10] [--lr 1e-3] [--openers tasks|none]
         [--configs "3,1,4 5,1,6 7,1,8"] [--repeats 3] [--eval] [--no-serve-held-out]
         [--set SECTION.KEY=JSON ...] [--data CONVERSATIONS.jsonl [--held-out-conversations FILE]]
         [--sglang-args="--attention-backend triton ..."] [--host gpu] [--url URL --token-file FILE]
@@ -45,14 +46,12 @@ from bench._journey_api import (
     step_job,
     write_report,
 )
-from cli.demo.real import ANSWER_TOKENS, EVAL_PROMPTS, gpu_pipeline_spec
+from cli.demo.real import ANSWER_TOKENS, DEMO_TARGET_OPTIONS, demo_prompt_counts, gpu_pipeline_spec
 from cli.pipelines import param_changes
 from contract.stages import STAGES
 from drafting.prompting.named import resolve_source
 from drafting.prompting.split import split_prompt_file
-from drafting.realmodels import build_target
-
-BUILT = "smollm2"  # the real target `--gguf` builds
+from drafting.realmodels import REAL_TARGETS, build_target
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
@@ -64,13 +63,13 @@ def parse_configs(text: str) -> list[dict[str, int]]:
         raise SystemExit(f"--configs {text!r}: give steps,topk,draft_tokens per config") from None
 
 
-def split_mtbench(source: Path, work: Path, held_out: int) -> tuple[Path, Path]:
-    """MT-Bench in two files that share no question: WORK/mtbench_eval.jsonl, the EVAL_PROMPTS questions (one
-    a category) that eval and the sweep ask, and WORK/mtbench_held_out.jsonl, the next `held_out` in the same
-    category rotation, which train validates on and serve_held_out serves."""
+def split_mtbench(source: Path, work: Path, asked: int, held_out: int) -> tuple[Path, Path]:
+    """MT-Bench in two files that share no question: WORK/mtbench_eval.jsonl, the `asked` questions (in
+    category rotation) that eval and the sweep ask, and WORK/mtbench_held_out.jsonl, the next `held_out` in
+    the same rotation, which train validates on and serve_held_out serves."""
     evaluated, validated = work / "mtbench_eval.jsonl", work / "mtbench_held_out.jsonl"
     try:
-        return split_prompt_file(source, EVAL_PROMPTS, held_out, evaluated, validated)
+        return split_prompt_file(source, asked, held_out, evaluated, validated)
     except ValueError as exc:
         raise SystemExit(f"--held-out {held_out}: {exc}") from None
 
@@ -82,11 +81,16 @@ def pipeline_spec(
     assets = {"target": str(target), "prompts": str(prompts)}
     if held_out is not None:
         assets["held_out_prompts"] = str(held_out)
+    sweep = dict(DEMO_TARGET_OPTIONS.get(args.real_target, {}).get("sweep", {}))
+    sweep["max_prompts"] = sweep_prompts(args)
+    if args.configs:
+        sweep["configs"] = parse_configs(args.configs)
+    if args.repeats is not None:
+        sweep["repeats"] = args.repeats
     spec = gpu_pipeline_spec(
         assets, workdir=str(args.work.resolve() / "runs"), conversations=args.conversations,
         epochs=args.epochs, lr=args.lr, openers=None if args.openers == "none" else args.openers,
-        eval_step=args.eval, configs=parse_configs(args.configs) if args.configs else None,
-        repeats=args.repeats, sglang_args=shlex.split(args.sglang_args),
+        eval_step=args.eval, sglang_args=shlex.split(args.sglang_args), sweep=sweep,
     )  # fmt: skip
     spec["host"] = args.host
     if args.no_serve_held_out and "held_out" in spec:
@@ -94,6 +98,11 @@ def pipeline_spec(
     if args.data is not None:
         spec = on_conversations(spec, args.data, args.held_out_conversations)
     return with_settings(spec, args.set or [])
+
+
+def sweep_prompts(args: argparse.Namespace) -> int:
+    """The MT-Bench questions the sweep asks: --sweep-prompts, else the real target's demo's count."""
+    return args.sweep_prompts or demo_prompt_counts(args.real_target, gpu=True)[0]
 
 
 def on_conversations(spec: dict[str, Any], training: Path, held_out: Path | None) -> dict[str, Any]:
@@ -147,13 +156,13 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     source = resolve_source(args.prompts)  # a named set's installed file, or the path given
     held_out = None
     if args.held_out:
-        prompts, held_out = split_mtbench(source, work, args.held_out)
+        prompts, held_out = split_mtbench(source, work, sweep_prompts(args), args.held_out)
     else:
         prompts = work / "mtbench.jsonl"
         shutil.copyfile(source, prompts)
     spec = pipeline_spec(args, target, prompts, held_out)
     if args.target is None:
-        build_target(BUILT, target, gguf=args.gguf)
+        build_target(args.real_target, target, gguf=args.gguf)
     return target, spec
 
 
@@ -219,8 +228,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         command.add_argument("--url", help="an eyas already running (default: `eyas up` for this command)")
         command.add_argument("--token-file", type=Path, help="with --url: a file holding its token")
     target = started.add_mutually_exclusive_group()
-    target.add_argument("--target", type=Path, help=f"the target's HF folder (default: {BUILT}, built)")
-    target.add_argument("--gguf", type=Path, help=f"build {BUILT} into WORK/target from this GGUF file")
+    target.add_argument("--target", type=Path, help="the target's HF folder (default: --real-target, built)")
+    target.add_argument("--gguf", type=Path, help="build --real-target into WORK/target from this GGUF file")
+    started.add_argument(
+        "--real-target", choices=sorted(REAL_TARGETS), default="smollm2",
+        help="the real target built into WORK/target, whose demo's sweep the journey runs (with --target: "
+        "the one that folder holds)",
+    )  # fmt: skip
+    started.add_argument(
+        "--sweep-prompts", type=int, help="MT-Bench questions the sweep asks (default: the target's demo's)"
+    )
     started.add_argument(
         "--prompts", default="mtbench", help="MT-Bench's question file, or a named set (default: mtbench)"
     )
@@ -232,7 +249,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     started.add_argument(
         "--configs", help='sweep configs "steps,topk,draft_tokens ..." (default: the recipe\'s)'
     )
-    started.add_argument("--repeats", type=int, default=3, help="the sweep's interleaved rounds")
+    started.add_argument("--repeats", type=int, help="the sweep's interleaved rounds (default: the recipe's)")
     started.add_argument("--eval", action="store_true", help="an eval step too (the sweep measures the same)")
     started.add_argument("--no-serve-held-out", action="store_true", help="validate on held-out, serve none")
     started.add_argument("--set", action="append", help="SECTION.KEY=JSON into the spec (repeatable)")

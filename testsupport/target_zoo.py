@@ -22,7 +22,8 @@ Two entries are wrappers whose text model sits inside another model:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,26 @@ REFUSED = frozenset({"mixtral", "llava"})
 SERVED = tuple(name for name in ZOO if name not in REFUSED)
 
 
-def build(name: str, folder: Path, seed: int = 0) -> Path:
-    """The zoo's `name` target, saved in `folder`."""
-    return ZOO[name](folder, seed)
+# The zoo at sizes SGLang's GPU kernels take (its triton attention has no 8-wide heads), for benchmarks
+# that run a zoo target in SGLang on a GPU host.
+SGLANG_SIZES: dict[str, Any] = {"hidden_size": 256, "intermediate_size": 512, "head_dim": 64}
+
+
+def build(name: str, folder: Path, seed: int = 0, sizes: dict[str, Any] | None = None) -> Path:
+    """The zoo's `name` target, saved in `folder`; `sizes` replace TINY's for this build."""
+    with _sized(sizes or {}):
+        return ZOO[name](folder, seed)
+
+
+@contextmanager
+def _sized(sizes: dict[str, Any]) -> Iterator[None]:
+    unknown = sorted(set(sizes) - set(TINY))
+    if unknown:
+        raise KeyError(f"no zoo size {unknown[0]!r}; known: {', '.join(TINY)}")
+    kept = dict(TINY)
+    TINY.update(sizes)
+    try:
+        yield
+    finally:
+        TINY.clear()
+        TINY.update(kept)

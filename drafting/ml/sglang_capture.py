@@ -40,6 +40,9 @@ from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
 CAPTURE_RELEASE = SGLANG_VERSION_ON_GPU_HOST
 
 
+CAPTURE_CHUNKED_PREFILL_SIZE = 1 << 16
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     folder: Path
@@ -211,7 +214,11 @@ def _server_args(spec: TargetSpec) -> Any:
         # Graph replay runs no Python hooks (ModelRunner.init_cuda_graphs says so), and the final-norm hook
         # must run; extraction does only extend forwards, whose graphs pay off little.
         "disable_cuda_graph": True,
-        "chunked_prefill_size": -1,  # a sample in one extend: its states come from one forward
+        # Positive, though eyas hands each sample whole to one extend forward and no scheduler chunks it:
+        # SGLang's triton backend lets Gemma3's layers (declared DECODER_BIDIRECTIONAL) attend to later
+        # tokens in an extend when graphs are off and this is -1, so -1 captured states no causal server
+        # computes (docs/design/extract-sglang-causal.md).
+        "chunked_prefill_size": CAPTURE_CHUNKED_PREFILL_SIZE,
         "disable_radix_cache": True,
         "sampling_backend": "pytorch",  # nothing is sampled; this one needs no flashinfer
         "grammar_backend": "none",

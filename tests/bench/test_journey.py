@@ -17,7 +17,7 @@ from app.core.config import Settings
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
 from bench import journey
-from cli.demo.real import ANSWER_TOKENS, GPU_CONFIGS
+from cli.demo.real import ANSWER_TOKENS, GPU_CONFIGS, QWEN_GPU_SWEEP
 from contract.params.generate import GenerateParams
 from contract.params.train import TrainParams
 from tests.app.test_jobs_api import register_host
@@ -97,6 +97,24 @@ def test_the_journey_can_add_eval_and_take_its_own_sweep(tmp_path: Path) -> None
     assert "eval" in plan(spec, tmp_path)
     with pytest.raises(SystemExit, match="steps,topk,draft_tokens"):  # a config is three numbers
         spec_of(tmp_path / "x", "--held-out", "0", "--configs", "3,1")
+
+
+def test_the_qwen_journey_runs_its_demos_sweep_on_its_own_question_split(tmp_path: Path) -> None:
+    spec = spec_of(
+        tmp_path / "w", "--real-target", "qwen2.5-coder-1.5b", "--held-out", "48", "--repeats", "1"
+    )
+    evaluated = (tmp_path / "w" / "mtbench_eval.jsonl").read_text().splitlines()
+    held = (tmp_path / "w" / "mtbench_held_out.jsonl").read_text().splitlines()
+    assert (len(evaluated), len(held)) == (32, 48)  # four a category swept, the other 48 held out
+    assert not set(evaluated) & set(held)
+    sweep = spec["benchmark"]
+    assert sweep["configs"] == QWEN_GPU_SWEEP["configs"]
+    assert sweep["concurrencies"] == [1, 8, 32]
+    assert (sweep["max_prompts"], sweep["repeats"]) == (32, 1)  # --repeats overrides the demo's 2
+    assert "benchmark" in plan(spec, tmp_path)  # as POST /v1/pipelines plans it
+    smol = spec_of(tmp_path / "s", "--held-out", "16", "--sweep-prompts", "16")
+    assert smol["benchmark"]["max_prompts"] == 16
+    assert smol["benchmark"]["repeats"] == 3
 
 
 def test_given_conversations_replace_generate_and_answered_held_out_ones_are_served(tmp_path: Path) -> None:

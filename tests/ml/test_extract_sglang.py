@@ -365,3 +365,26 @@ def test_a_transformers_fallback_class_is_named_as_a_module_that_did_not_import(
     assert "loaded DeepseekV3ForCausalLM as its transformers fallback TransformersMoEForCausalLM" in said
     assert "did not import on this host" in said
     assert "SGLang refuses to serve" in no_capture_hook("MixtralForCausalLM", config)
+
+
+def test_capture_args_keep_extend_attention_causal() -> None:
+    """SGLang's triton backend lets a layer declared DECODER_BIDIRECTIONAL (every Gemma3 layer) attend to
+    later tokens of an extend when CUDA graphs are off and `chunked_prefill_size == -1` (0.5.14 and 0.5.23
+    alike). Capture runs with graphs off, so its args must keep the other half of that rule false: with -1
+    an H200 captured Gemma3 states 0.75-0.99 away (relative L2) from what the causal model computes."""
+    import importlib.util
+    import inspect
+
+    from sglang.srt.server_args import ServerArgs
+
+    from drafting.ml.sglang_capture import TargetSpec, _server_args
+
+    spec = importlib.util.find_spec("sglang.srt.layers.attention.triton_backend")
+    assert spec is not None and spec.origin is not None
+    rule = Path(spec.origin).read_text()
+    start = rule.index("self.allow_bidirectional_attention_in_extend = (")
+    assert "chunked_prefill_size == -1" in rule[start : start + 600]  # the rule as this test reads it
+    args = _server_args(TargetSpec(Path("/t"), "bfloat16", AUX, AUX, 1, 0, 0, "triton"))
+    assert isinstance(args, ServerArgs) and args.disable_cuda_graph
+    assert args.chunked_prefill_size != -1
+    assert "chunked_prefill_size" in inspect.signature(ServerArgs).parameters

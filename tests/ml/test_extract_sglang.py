@@ -380,11 +380,13 @@ def test_capture_args_keep_extend_attention_causal() -> None:
     from drafting.ml.sglang_capture import TargetSpec, _server_args
 
     spec = importlib.util.find_spec("sglang.srt.layers.attention.triton_backend")
-    assert spec is not None and spec.origin is not None
+    assert spec is not None
+    assert spec.origin is not None
     rule = Path(spec.origin).read_text()
     start = rule.index("self.allow_bidirectional_attention_in_extend = (")
     assert "chunked_prefill_size == -1" in rule[start : start + 600]  # the rule as this test reads it
     args = _server_args(TargetSpec(Path("/t"), "bfloat16", AUX, AUX, 1, 0, 0, "triton"))
-    assert isinstance(args, ServerArgs) and args.disable_cuda_graph
+    assert isinstance(args, ServerArgs)
+    assert args.disable_cuda_graph
     assert args.chunked_prefill_size != -1
     assert "chunked_prefill_size" in inspect.signature(ServerArgs).parameters

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.models.host import GpuLease, Host
@@ -13,6 +13,12 @@ from app.models.host import GpuLease, Host
 
 def get(session: Session, name: str) -> Host | None:
     return session.get(Host, name)
+
+
+def hold(session: Session, name: str) -> None:
+    """Hold `name`'s row until the transaction ends: a no-op UPDATE, a row lock in PostgreSQL and the
+    write lock in SQLite, so that a second transaction holding it waits for the first to commit."""
+    session.execute(update(Host).where(Host.name == name).values(name=Host.name))
 
 
 def all_hosts(session: Session) -> list[Host]:

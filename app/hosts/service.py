@@ -52,6 +52,12 @@ def find_host(session: Session, name: str) -> Host | None:
     return repository.get(session, name)
 
 
+def hold_host(session: Session, name: str) -> None:
+    """One transaction at a time judges and stores jobs for `name` (the path rules read the jobs that have
+    not ended, then the new one is stored): held until the caller's commit."""
+    repository.hold(session, name)
+
+
 def get_host(session: Session, name: str) -> Host:
     return found_or_404(repository.get(session, name), f"no host named {name!r} has registered")
 

@@ -23,7 +23,11 @@ from contract.paths import normal, output_problem, overlap
 
 
 def check_job_paths(session: Session, settings: Settings, host: str, params: StageParams) -> None:
-    """422 PATH_NOT_ALLOWED naming the rule a path of `params` breaks; nothing is stored."""
+    """422 PATH_NOT_ALLOWED naming the rule a path of `params` breaks; nothing is stored. Holds the host
+    until the caller's commit, so two jobs sent at once are judged one after the other: the second sees
+    the first's paths."""
+    if params.host_paths():
+        hosts_service.hold_host(session, host)
     known = hosts_service.find_host(session, host)
     roots = known.allowed_roots if known is not None else []
     if roots:  # with none registered, the worker checks them against its own, with symlinks resolved

@@ -157,11 +157,17 @@ class Destination:
             if left is None:
                 continue
             try:
-                ours = read_mark(left) is not None
+                ours = read_mark(left) is not None or _cut_while_marking(left)
             finally:
                 os.close(left)
             if ours:
                 shutil.rmtree(entry, dir_fd=self.parent_fd, ignore_errors=True)
+
+
+def _cut_while_marking(folder_fd: int) -> bool:
+    """A folder of eyas's name that holds nothing but, at most, a marker cut short: its process died between
+    making the folder and finishing the marker, before anything else was written in it."""
+    return set(os.listdir(folder_fd)) <= {MARKER}
 
 
 def _present(parent_fd: int, name: str) -> bool:

@@ -167,6 +167,26 @@ def test_killed_conversion_leaves_source_and_old_destination(tmp_path: Path, spe
     assert _leftovers(dest) == []
 
 
+def test_a_run_killed_while_marking_its_folder_is_cleared_by_the_next(
+    tmp_path: Path, speculators_draft: Path
+) -> None:
+    """A converter killed between making its work folder and finishing the marker leaves the folder empty or
+    holding a marker cut short; the next run clears both. A folder of that name holding anything else, with
+    no marker, is not provably eyas's and stays."""
+    dead = psutil.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid no process holds (reaped)
+    dest = tmp_path / "out"
+    empty = tmp_path / f".out.eyas-tmp-{dead.pid}-0a1b2c3d"
+    cut = tmp_path / f".out.eyas-tmp-{dead.pid}-4e5f6a7b"
+    foreign = tmp_path / f".out.eyas-tmp-{dead.pid}-8c9d0e1f"
+    for folder in (empty, cut, foreign):
+        folder.mkdir()
+    (cut / MARKER).write_text('{"made_by": "ey')
+    (foreign / "notes.txt").write_text("someone else's")
+    assert fix_checkpoint(speculators_draft, dest).ok
+    assert _leftovers(dest) == [foreign.name]
+
+
 def test_result_with_an_error_is_refused_and_not_written(tmp_path: Path, broken_draft) -> None:  # type: ignore[no-untyped-def]
     draft = broken_draft(lambda config, tensors: config.update(norm_before_residual=True))
 

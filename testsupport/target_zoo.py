@@ -91,7 +91,29 @@ def _save(folder: Path, model: PreTrainedModel) -> Path:
 
 def _built(model_class: type[PreTrainedModel], config: Any, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
-    return model_class(config)
+    model = model_class(config)
+    if _PLANTED:
+        _plant_rule(model)
+    return model
+
+
+_PLANTED: list[bool] = []  # non-empty while `build(..., planted=True)` runs
+
+
+def _plant_rule(model: PreTrainedModel) -> None:
+    """A next token a draft can learn, on any architecture: the embedding scaled up so that each position's
+    residual stream is mostly its own token (pre-norm layers add outputs of a fixed size), and an untied head
+    whose row k is token k-1's embedding, so the argmax follows each token with the next id; a tied head
+    repeats the current token. Random weights otherwise answer near-uniformly, which no draft can learn."""
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    head_weight = head.weight if head is not None else None
+    if not isinstance(embedding, torch.Tensor):
+        raise TypeError(f"{type(model).__name__}: its input embedding has no weight tensor")
+    with torch.no_grad():
+        embedding.mul_(10)
+        if isinstance(head_weight, torch.Tensor) and head_weight.data_ptr() != embedding.data_ptr():
+            head_weight.copy_(torch.roll(embedding, shifts=1, dims=0))
 
 
 def llama(folder: Path, seed: int = 0) -> Path:
@@ -359,10 +381,17 @@ SERVED = tuple(name for name in ZOO if name not in REFUSED)
 SGLANG_SIZES: dict[str, Any] = {"hidden_size": 256, "intermediate_size": 512, "head_dim": 64}
 
 
-def build(name: str, folder: Path, seed: int = 0, sizes: dict[str, Any] | None = None) -> Path:
-    """The zoo's `name` target, saved in `folder`; `sizes` replace TINY's for this build."""
+def build(
+    name: str, folder: Path, seed: int = 0, sizes: dict[str, Any] | None = None, *, planted: bool = False
+) -> Path:
+    """The zoo's `name` target, saved in `folder`; `sizes` replace TINY's for this build; `planted` gives it
+    a next-token rule a draft can learn (`_plant_rule`)."""
     with _sized(sizes or {}):
-        return ZOO[name](folder, seed)
+        _PLANTED.extend([True] if planted else [])
+        try:
+            return ZOO[name](folder, seed)
+        finally:
+            _PLANTED.clear()
 
 
 @contextmanager

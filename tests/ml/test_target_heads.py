@@ -29,7 +29,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from drafting.ml.target_head import TargetHead, load_target_head, stored_head_names
 from drafting.ml.text_model import TargetModelError, load_text_model, text_model_spec
-from testsupport.target_zoo import VOCAB, ZOO, build
+from testsupport.target_zoo import SERVED, SGLANG_SIZES, VOCAB, ZOO, build
 
 # The text model of each wrapper, built here by hand from its own config and the names its checkpoint keeps
 # (independent of how eyas finds them): class, config class, checkpoint prefix -> text-model prefix.
@@ -169,3 +169,16 @@ def test_a_text_tensor_missing_from_a_wrapped_checkpoint_is_an_error_not_a_rando
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(TargetModelError, match=r"lacks 1 tensors .*language_model\.model\.layers\.3\.mlp"):
         load_text_model(folder, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("name", sorted(SERVED))
+def test_a_planted_target_follows_its_rule_on_every_architecture(tmp_path: Path, name: str) -> None:
+    """bench.journey_zoo's targets: the argmax follows each word with the next id (an untied head) or
+    repeats it (a tied one) at the sizes SGLang's kernels take, so a draft has something to learn."""
+    folder = build(name, tmp_path / name, sizes=SGLANG_SIZES, planted=True)
+    ids = torch.randint(4, 46, (2, 24), generator=torch.Generator().manual_seed(2))
+    model = reference_model(folder, name)
+    probs, _ = own_distribution(model, ids)
+    tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    rule = ids if tied else ids + 1
+    assert (probs.argmax(-1) == rule).float().mean().item() > 0.9

@@ -35,6 +35,13 @@ def get(session: Session, job_id: uuid.UUID) -> Job | None:
     return session.get(Job, job_id)
 
 
+def hold(session: Session, job_ids: Sequence[uuid.UUID]) -> None:
+    """Hold these jobs' rows until the transaction ends (a no-op UPDATE: row locks in PostgreSQL, the write
+    lock in SQLite): a transaction that ends one of them waits, and then sees what this one stored."""
+    if job_ids:
+        session.execute(update(Job).where(Job.id.in_(job_ids)).values(id=Job.id))
+
+
 def get_many(session: Session, job_ids: Sequence[uuid.UUID]) -> list[Job]:
     if not job_ids:
         return []

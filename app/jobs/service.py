@@ -185,6 +185,10 @@ def remember_key(session: Session, principal: Principal, key: str, body_hash: st
 
 
 def _checked_dependencies(session: Session, depends_on: list[uuid.UUID]) -> list[Job]:
+    """The dependencies, held until the new job is stored: a dependency that ends meanwhile waits for the
+    commit and then finds the new job among its dependents (read first, it would queue none of them, and
+    a job judged pending on a state read before that end would wait forever)."""
+    repository.hold(session, depends_on)
     deps = repository.get_many(session, depends_on)
     missing = set(depends_on) - {d.id for d in deps}
     if missing:

@@ -4,36 +4,17 @@ holding the host, both read the jobs that had not ended before either was stored
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import httpx
 
 from app.core.config import Settings
 from app.core.security import Scope
+from tests.app.sent_together import sent_together
 from tests.app.test_jobs_api import register_host
 from tests.conftest import make_token
 
 ROUNDS = 6  # the race is real each round; a lucky ordering would pass one alone
-
-
-def submit_twice_at_once(url: str, token: str, body: dict[str, object]) -> list[httpx.Response]:
-    """The same job from two threads (two connections), released together by a barrier."""
-    gate = threading.Barrier(2)
-    answers: list[httpx.Response] = []
-
-    def submit() -> None:
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-            http.get("/healthz")  # connected before the barrier, so both requests leave together
-            gate.wait(timeout=10)
-            answers.append(http.post("/v1/jobs", json=body))
-
-    threads = [threading.Thread(target=submit) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return answers
 
 
 def test_two_jobs_with_one_output_sent_at_once_store_one(api_server: str, settings: Settings) -> None:
@@ -43,7 +24,7 @@ def test_two_jobs_with_one_output_sent_at_once_store_one(api_server: str, settin
     for round_ in range(ROUNDS):
         dest = root / f"race-{round_}" / "sglang"
         body = {"kind": "fix_keys", "host": "gpu-a", "params": {"source": str(root / "d"), "dest": str(dest)}}
-        answers = submit_twice_at_once(api_server, token, body)
+        answers = sent_together(api_server, token, "/v1/jobs", body)
         assert sorted(a.status_code for a in answers) == [201, 422], [a.text for a in answers]
         refused = next(a.json() for a in answers if a.status_code == 422)
         assert refused["code"] == "PATH_NOT_ALLOWED"

@@ -4,7 +4,6 @@ the pipeline owns, not only the latest of each step."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from app.core.db import session_scope
 from app.core.security import Principal, Scope
 from app.jobs import service as jobs_service
 from app.jobs.schemas import JobCreate
+from tests.app.sent_together import sent_together
 from tests.app.test_jobs_api import register_host
 from tests.app.test_pipelines_api import run_step, spec
 from tests.conftest import make_token
@@ -34,32 +34,13 @@ def failed_pipeline(http: httpx.Client, settings: Settings, tmp: Path) -> dict[s
     return pipeline
 
 
-def retry_twice_at_once(url: str, token: str, pipeline_id: str) -> list[httpx.Response]:
-    """Two retries from two threads (two connections), released together by a barrier."""
-    gate = threading.Barrier(2)
-    answers: list[httpx.Response] = []
-
-    def retry() -> None:
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-            http.get("/healthz")  # connected before the barrier, so both requests leave together
-            gate.wait(timeout=10)
-            answers.append(http.post(f"/v1/pipelines/{pipeline_id}/retry"))
-
-    threads = [threading.Thread(target=retry) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return answers
-
-
 def test_two_retries_at_once_make_one_job_set(api_server: str, settings: Settings, tmp_path: Path) -> None:
     register_host(settings, "gpu-a")
     token = make_token(settings, Scope.ADMIN)
     with httpx.Client(base_url=api_server, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         for round_ in range(ROUNDS):  # the race is real each round; a lucky ordering would pass one alone
             pipeline = failed_pipeline(http, settings, tmp_path / str(round_))
-            answers = retry_twice_at_once(api_server, token, pipeline["id"])
+            answers = sent_together(api_server, token, f"/v1/pipelines/{pipeline['id']}/retry")
             assert sorted(a.status_code for a in answers) == [200, 409], [a.text for a in answers]
             lost = next(a for a in answers if a.status_code == 409)
             assert lost.headers["content-type"].startswith("application/problem+json")

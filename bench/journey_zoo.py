@@ -30,9 +30,8 @@ from typing import Any
 from bench import _cli as cli
 from bench._journey_api import connected, follow_pipeline, posted, write_report
 from cli.demo.constructed import WORDS, chat_prompt, write_jsonl
+from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
 from testsupport import target_zoo
-
-SGLANG_VERSION = "0.5.14"  # the release the journey's fix_keys and extract name
 
 
 def prompts(path: Path, count: int, seed: int) -> Path:
@@ -48,14 +47,6 @@ def spec(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     if args.engine == "sglang":
         launch.update({"mem_fraction_static": 0.4, "extra_args": shlex.split(args.sglang_args)})
     asked = {"prompts": str(work / "eval_prompts.jsonl"), "max_prompts": 16, "max_new_tokens": 96}
-    extract: dict[str, Any] = {
-        "backend": args.backend,
-        "device": args.device,
-        "max_len": 256,
-        "batch_size": 32,
-    }
-    if args.backend == "sglang":
-        extract["sglang_version"] = SGLANG_VERSION
     return {
         "template": "eagle3",
         "target": str(work / "target"),
@@ -68,7 +59,7 @@ def spec(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             "concurrency": 256 if args.engine == "sglang" else 4,
             "engine": launch,
         },
-        "extract": extract,
+        "extract": {"backend": args.backend, "device": args.device, "max_len": 256, "batch_size": 32},
         "train": {
             "device": args.device,
             "epochs": args.epochs,
@@ -78,7 +69,8 @@ def spec(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             "draft_vocab_size": target_zoo.VOCAB,
             "ttt_steps": 7,
         },
-        "fix_keys": {"sglang_version": SGLANG_VERSION},
+        # extract captures for the release fix_keys names (the eagle3 template passes it on)
+        "fix_keys": {"sglang_version": SGLANG_VERSION_ON_GPU_HOST},
         "eval": {"device": args.device, "depths": depths, **asked},
         "benchmark": {"depths": depths, "launch": launch, "speedup_threshold": 0.0, **asked},
     }

@@ -92,12 +92,12 @@ def _save(folder: Path, model: PreTrainedModel) -> Path:
 def _built(model_class: type[PreTrainedModel], config: Any, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
     model = model_class(config)
-    if _PLANTED:
+    if _PLANTING["on"]:
         _plant_rule(model)
     return model
 
 
-_PLANTED: list[bool] = []  # non-empty while `build(..., planted=True)` runs
+_PLANTING = {"on": False}  # set while `build(..., planted=True)` runs
 
 
 def _plant_rule(model: PreTrainedModel) -> None:
@@ -386,23 +386,22 @@ def build(
 ) -> Path:
     """The zoo's `name` target, saved in `folder`; `sizes` replace TINY's for this build; `planted` gives it
     a next-token rule a draft can learn (`_plant_rule`)."""
-    with _sized(sizes or {}):
-        _PLANTED.extend([True] if planted else [])
-        try:
-            return ZOO[name](folder, seed)
-        finally:
-            _PLANTED.clear()
+    with _building(sizes or {}, planted):
+        return ZOO[name](folder, seed)
 
 
 @contextmanager
-def _sized(sizes: dict[str, Any]) -> Iterator[None]:
+def _building(sizes: dict[str, Any], planted: bool) -> Iterator[None]:
+    """The builders read TINY and _PLANTING as they run: set for one build, restored after it."""
     unknown = sorted(set(sizes) - set(TINY))
     if unknown:
         raise KeyError(f"no zoo size {unknown[0]!r}; known: {', '.join(TINY)}")
     kept = dict(TINY)
     TINY.update(sizes)
+    _PLANTING["on"] = planted
     try:
         yield
     finally:
         TINY.clear()
         TINY.update(kept)
+        _PLANTING["on"] = False

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from app.pipelines.schemas import Eagle3PipelineCreate
 from app.pipelines.templates import eagle3_plan
-from bench.journey_zoo import SGLANG_VERSION, parse, spec
+from bench.journey_zoo import parse, spec
 from contract.params.extract import ExtractParams
+from drafting.sglang_facts import SGLANG_VERSION_ON_GPU_HOST
 from testsupport.target_zoo import VOCAB
 
 
@@ -17,11 +18,11 @@ def test_the_zoo_journey_plans_on_sglang_with_either_backend(tmp_path: Path) -> 
     args = parse([str(tmp_path), str(tmp_path / "out"), "--zoo", "gemma3_text", "--backend", "sglang",
                   f"--sglang-args={extra}"])  # fmt: skip
     body = spec(tmp_path, args)
-    steps = [s.step for s in eagle3_plan(Eagle3PipelineCreate(**body), str(tmp_path / "runs" / "p"))]
-    assert steps == ["generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"]
-    assert body["extract"]["backend"] == "sglang"
-    assert body["extract"]["sglang_version"] == body["fix_keys"]["sglang_version"] == SGLANG_VERSION
-    extract = ExtractParams(**body["extract"], target="/t", data="/d.jsonl", output="/o")
+    plan = {s.step: s for s in eagle3_plan(Eagle3PipelineCreate(**body), str(tmp_path / "runs" / "p"))}
+    assert list(plan) == ["generate", "extract", "train", "fix_keys", "gpu_check", "eval", "benchmark"]
+    extract = ExtractParams(**plan["extract"].params)  # as the template queues it
+    assert extract.backend == "sglang"
+    assert extract.sglang_version == body["fix_keys"]["sglang_version"] == SGLANG_VERSION_ON_GPU_HOST
     assert extract.gpus_needed() == 1
     assert body["train"]["draft_vocab_size"] == VOCAB
     assert (
